@@ -1,0 +1,29 @@
+"""asyncdl: an asyncio engine for downloading objects from S3 and S3-compatible stores."""
+
+from .api import download
+from .config import TransferConfig
+from .engine import Engine
+from .errors import (
+    AccessDeniedError,
+    DownloadError,
+    InvalidRequestError,
+    ObjectChangedError,
+    ObjectNotFoundError,
+)
+from .results import DownloadResult
+from .strategies import GetFirst, HeadFirst, Strategy
+
+__all__ = [
+    "AccessDeniedError",
+    "DownloadError",
+    "DownloadResult",
+    "Engine",
+    "GetFirst",
+    "HeadFirst",
+    "InvalidRequestError",
+    "ObjectChangedError",
+    "ObjectNotFoundError",
+    "Strategy",
+    "TransferConfig",
+    "download",
+]

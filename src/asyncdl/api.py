@@ -1,0 +1,35 @@
+"""The one-call function: open an engine, download, close it."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from .config import TransferConfig
+from .engine import Engine
+from .results import DownloadResult
+from .strategies import Strategy
+
+
+async def download(
+    bucket: str,
+    key: str,
+    path: str | os.PathLike[str],
+    *,
+    strategy: str | Strategy = "auto",
+    config: TransferConfig | None = None,
+    client: Any = None,
+    extra_args: Mapping[str, str] | None = None,
+    size: int | None = None,
+    etag: str | None = None,
+) -> DownloadResult:
+    """Download ``s3://bucket/key`` to ``path`` and return what was written.
+
+    Opens an :class:`Engine` for this one call; to download many objects, keep one
+    engine open instead (it reuses its client and connections).
+    """
+    async with Engine(client, config=config) as engine:
+        return await engine.download(
+            bucket, key, path, strategy=strategy, extra_args=extra_args, size=size, etag=etag
+        )

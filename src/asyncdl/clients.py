@@ -1,0 +1,33 @@
+"""The aiobotocore client an engine creates when it is not handed one."""
+
+from __future__ import annotations
+
+from contextlib import AsyncExitStack
+from typing import Any
+
+from aiobotocore.config import AioConfig
+from aiobotocore.session import get_session
+
+from .config import TransferConfig
+
+
+async def create_default_client(stack: AsyncExitStack, config: TransferConfig) -> Any:
+    """An S3 client from the default session, closed when ``stack`` closes.
+
+    The session honours the standard AWS environment and config files
+    (``AWS_ENDPOINT_URL_S3``, credentials, region).
+    """
+    client_config = AioConfig(
+        # aiobotocore's default pool of 10 would queue an engine's extra requests.
+        max_pool_connections=max(10, config.max_concurrency),
+        # The engine decides what it validates; botocore's default would ask every
+        # GET for checksums, which third-party stores have broken on.
+        response_checksum_validation="when_required",
+        request_checksum_calculation="when_required",
+        # asyncdl retries, resuming parts; botocore retrying too would multiply attempts.
+        retries={"total_max_attempts": 1},
+        read_timeout=config.read_timeout,
+        connect_timeout=config.connect_timeout,
+    )
+    session = get_session()
+    return await stack.enter_async_context(session.create_client("s3", config=client_config))

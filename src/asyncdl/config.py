@@ -1,0 +1,76 @@
+"""Transfer settings: one frozen value shared by an engine and all its downloads."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+KiB = 1024
+MiB = 1024 * KiB
+GiB = 1024 * MiB
+
+#: S3 serves ranges of any size, but parts below 64 KiB cost more in requests than
+#: they gain in parallelism, and one part above 5 GiB is larger than S3 lets anyone
+#: upload in one piece: both bounds catch unit mistakes (bytes vs MiB) early.
+MIN_CHUNK_SIZE = 64 * KiB
+MAX_CHUNK_SIZE = 5 * GiB
+
+
+@dataclass(frozen=True, slots=True)
+class TransferConfig:
+    """How an :class:`~asyncdl.Engine` downloads.
+
+    Every field is validated on construction; a bad value raises ``ValueError``.
+    """
+
+    #: Bytes per ranged GET. An object no larger than this is fetched in one request.
+    chunk_size: int = 8 * MiB
+    #: The engine's budget of in-flight S3 requests, shared by every download it runs.
+    #: The connection pool of a client the engine creates is sized to match.
+    max_concurrency: int = 10
+    #: Attempts per request (first try included) before a part gives up.
+    max_attempts: int = 5
+    #: Seconds a read may wait for bytes before the connection is dropped and retried.
+    read_timeout: float = 30.0
+    #: Seconds to establish a connection.
+    connect_timeout: float = 10.0
+    #: Bytes gathered from the network before one positional write to the file.
+    #: Bounds memory per in-flight part: no part body is held whole.
+    write_size: int = 1 * MiB
+    #: Base delay of the full-jitter exponential backoff between attempts, in seconds.
+    backoff_base: float = 0.1
+    #: Largest backoff delay between two attempts, in seconds.
+    backoff_max: float = 20.0
+    #: fsync the temp file before it replaces the target (durability against power loss,
+    #: at a cost per file).
+    fsync: bool = False
+
+    def __post_init__(self) -> None:
+        _check_int("chunk_size", self.chunk_size, MIN_CHUNK_SIZE, MAX_CHUNK_SIZE)
+        _check_int("max_concurrency", self.max_concurrency, 1, 10_000)
+        _check_int("max_attempts", self.max_attempts, 1, 100)
+        _check_int("write_size", self.write_size, 4 * KiB, 64 * MiB)
+        _check_seconds("read_timeout", self.read_timeout)
+        _check_seconds("connect_timeout", self.connect_timeout)
+        _check_seconds("backoff_max", self.backoff_max)
+        if not _finite(self.backoff_base) or self.backoff_base < 0:
+            raise ValueError(f"backoff_base must be a number >= 0, got {self.backoff_base!r}")
+        if not isinstance(self.fsync, bool):
+            raise ValueError(f"fsync must be a bool, got {self.fsync!r}")
+
+
+def _check_int(name: str, value: object, low: int, high: int) -> None:
+    # bool is an int subclass; TransferConfig(max_concurrency=True) is a bug, not 1.
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"{name} must be an int, got {value!r}")
+    if not low <= value <= high:
+        raise ValueError(f"{name} must be between {low} and {high}, got {value}")
+
+
+def _check_seconds(name: str, value: object) -> None:
+    if not _finite(value) or value <= 0:  # type: ignore[operator]
+        raise ValueError(f"{name} must be a number of seconds > 0, got {value!r}")
+
+
+def _finite(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)

@@ -1,0 +1,395 @@
+"""The engine: one client, one concurrency budget, and a coordinator per download.
+
+A download runs as: validate the request (nothing sent, nothing on disk yet) →
+discover size and ETag (the strategy) → create the preallocated temp file →
+fetch the parts into it, each pinned with ``IfMatch`` → rename onto the target.
+The coordinator never holds a slot of the engine's budget while it waits for one,
+so a download cannot deadlock itself whatever the concurrency.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Mapping
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+from .clients import create_default_client
+from .config import TransferConfig
+from .errors import (
+    DownloadError,
+    InvalidRequestError,
+    ObjectChangedError,
+    is_retryable,
+    translate,
+)
+from .ranges import ByteRange, plan_ranges
+from .request_args import check_bucket_and_key, check_extra_args
+from .results import DownloadResult
+from .retry import backoff_delay, logger
+from .s3_source import Response, S3Object, normalize_etag
+from .strategies import Discovery, Strategy, resolve_strategy
+from .writer import TempFile
+
+
+@dataclass(frozen=True, slots=True)
+class _Transfer:
+    """What every part of one download shares."""
+
+    obj: S3Object
+    temp: TempFile
+    etag: str | None
+    size: int
+
+
+@dataclass(slots=True)
+class _Part:
+    """A byte range still to be written; ``pos`` advances as bytes reach the file."""
+
+    pos: int
+    end: int
+
+
+class Engine:
+    """Downloads S3 objects to files through one client and one concurrency budget.
+
+    Use it as ``async with Engine() as engine:``. Without ``client`` the engine
+    creates one from the default aiobotocore session (standard AWS environment and
+    config files) and closes it on exit; a client passed in is borrowed, never closed.
+    """
+
+    def __init__(self, client: Any = None, *, config: TransferConfig | None = None) -> None:
+        if config is not None and not isinstance(config, TransferConfig):
+            raise ValueError(f"config must be a TransferConfig, got {config!r}")
+        self.config = config or TransferConfig()
+        self._client = client
+        self._owns_client = client is None
+        self._stack = AsyncExitStack()
+        self._semaphore = asyncio.Semaphore(self.config.max_concurrency)
+        self._open = False
+
+    async def __aenter__(self) -> Self:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def open(self) -> None:
+        """Create the client if the engine owns one. Called by ``async with``."""
+        if self._open:
+            return
+        if self._owns_client:
+            self._client = await create_default_client(self._stack, self.config)
+        self._open = True
+
+    async def aclose(self) -> None:
+        """Close the client the engine created (a borrowed one stays open)."""
+        self._open = False
+        await self._stack.aclose()
+        if self._owns_client:
+            self._client = None
+
+    @property
+    def client(self) -> Any:
+        """The aiobotocore S3 client in use."""
+        if not self._open or self._client is None:
+            raise RuntimeError("the Engine is not open: use 'async with Engine() as engine:'")
+        return self._client
+
+    async def download(
+        self,
+        bucket: str,
+        key: str,
+        path: str | os.PathLike[str],
+        *,
+        strategy: str | Strategy = "auto",
+        extra_args: Mapping[str, str] | None = None,
+        size: int | None = None,
+        etag: str | None = None,
+    ) -> DownloadResult:
+        """Download ``s3://bucket/key`` to ``path``.
+
+        ``size`` and ``etag``, when both known (from a listing, say), replace the
+        discovery request: every GET is pinned from the first byte. The target is
+        replaced atomically, only once every byte is on disk; on failure it is left
+        as it was and no temp file remains.
+        """
+        client = self.client
+        check_bucket_and_key(bucket, key)
+        args = check_extra_args(extra_args, bucket=bucket, key=key)
+        target = _check_target(path, bucket=bucket, key=key)
+        if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 0):
+            raise InvalidRequestError(
+                f"size must be an int >= 0, got {size!r}", bucket=bucket, key=key
+            )
+        if etag is not None:
+            if not isinstance(etag, str) or not etag:
+                raise InvalidRequestError(
+                    f"etag must be a non-empty string, got {etag!r}", bucket=bucket, key=key
+                )
+            etag = normalize_etag(etag)
+        try:
+            chosen = resolve_strategy(strategy, client)
+        except ValueError as exc:
+            raise InvalidRequestError(str(exc), bucket=bucket, key=key) from None
+        obj = S3Object(client, self._semaphore, bucket, key, args)
+        try:
+            discovery = await self._discover(obj, chosen, size, etag)
+            await self._fetch(obj, discovery, target)
+        except DownloadError:
+            raise
+        except Exception as exc:
+            raise translate(exc, bucket=bucket, key=key) from exc
+        return DownloadResult(
+            bucket=bucket,
+            key=key,
+            path=target,
+            size=discovery.size,
+            etag=discovery.etag,
+            strategy=chosen.name,
+            requests=obj.requests,
+        )
+
+    async def _discover(
+        self, obj: S3Object, strategy: Strategy, size: int | None, etag: str | None
+    ) -> Discovery:
+        if size is not None and etag is not None:
+            return Discovery(size=size, etag=etag)
+        failures = 0
+        while True:
+            try:
+                return await strategy.discover(
+                    obj, chunk_size=self.config.chunk_size, size=size, etag=etag
+                )
+            except Exception as exc:
+                failures = await self._after_failure(obj, exc, failures, "discovery")
+
+    async def _after_failure(self, obj: S3Object, exc: Exception, failures: int, what: str) -> int:
+        """Raise ``exc`` as a DownloadError unless it earns another attempt; then back off."""
+        failures += 1
+        if not is_retryable(exc) or failures >= self.config.max_attempts:
+            raise translate(exc, bucket=obj.bucket, key=obj.key, attempts=failures) from exc
+        delay = backoff_delay(self.config, failures)
+        logger.info(
+            "retrying %s of s3://%s/%s (attempt %d of %d) in %.2fs after %s",
+            what,
+            obj.bucket,
+            obj.key,
+            failures + 1,
+            self.config.max_attempts,
+            delay,
+            _describe(exc),
+        )
+        await asyncio.sleep(delay)
+        return failures
+
+    async def _fetch(self, obj: S3Object, discovery: Discovery, target: Path) -> None:
+        """Write every byte of the object into a temp file, then publish it."""
+        config = self.config
+        first, size, etag = discovery.first, discovery.size, discovery.etag
+        temp: TempFile | None = None
+        try:
+            temp = await TempFile.create(target, size, fsync=config.fsync)
+            transfer = _Transfer(obj, temp, etag, size)
+            # Bounds this download's part tasks; the shared budget is taken per request.
+            window = asyncio.Semaphore(config.max_concurrency)
+
+            async def start(part: _Part, response: Response | None) -> None:
+                await window.acquire()
+                tasks.create_task(self._run_part(transfer, part, response, window))
+
+            async with asyncio.TaskGroup() as tasks:
+                if first is not None:
+                    first_part = _Part(0, discovery.first_end)
+                    await window.acquire()
+                    tasks.create_task(self._run_part(transfer, first_part, first, window))
+                    first = None  # the task owns it now
+                    offset = first_part.end
+                elif discovery.complete:
+                    offset = size
+                elif size <= config.chunk_size:
+                    # One plain GET: works for empty objects, where any Range is a 416.
+                    await start(_Part(0, size), None)
+                    offset = size
+                else:
+                    offset = 0
+                for byte_range in plan_ranges(size, config.chunk_size, offset):
+                    await start(_Part(byte_range.start, byte_range.end), None)
+            await temp.commit()
+        except BaseException as exc:
+            if first is not None:
+                first.close()
+            if temp is not None:
+                temp.discard()
+            if isinstance(exc, BaseExceptionGroup):
+                raise _first_failure(exc) from None
+            raise
+
+    async def _run_part(
+        self,
+        transfer: _Transfer,
+        part: _Part,
+        response: Response | None,
+        window: asyncio.Semaphore,
+    ) -> None:
+        try:
+            await self._fetch_part(transfer, part, response)
+        finally:
+            window.release()
+
+    async def _fetch_part(
+        self, transfer: _Transfer, part: _Part, response: Response | None
+    ) -> None:
+        """Fetch ``part``; a retry resumes from the last byte written."""
+        whole = part.pos == 0 and part.end == transfer.size and response is None
+        failures = 0
+        while True:
+            try:
+                if response is None:
+                    response = await self._request_part(transfer, part, whole=whole)
+                await self._drain(transfer, response, part)
+            except Exception as exc:
+                failures = await self._after_failure(transfer.obj, exc, failures, "a part")
+            finally:
+                if response is not None:
+                    response.close()
+                    response = None
+            if part.pos >= part.end:
+                return
+            whole = False
+
+    async def _request_part(self, transfer: _Transfer, part: _Part, *, whole: bool) -> Response:
+        obj, etag, size = transfer.obj, transfer.etag, transfer.size
+        if whole:
+            response = await obj.get(None, if_match=etag)
+            if response.status != 200 or response.content_length != size:
+                response.close()
+                raise obj.error(
+                    f"expected {size} bytes, got HTTP {response.status} with "
+                    f"{response.content_length} bytes",
+                    ObjectChangedError,
+                )
+            return response
+        response = await obj.get(ByteRange(part.pos, part.end), if_match=etag)
+        content_range = response.content_range
+        if (
+            response.status != 206
+            or content_range is None
+            or content_range.start != part.pos
+            or content_range.end > part.end
+            or content_range.total != size
+        ):
+            response.close()
+            if content_range is not None and content_range.total != size:
+                raise obj.error(
+                    f"object size changed from {size} to {content_range.total}",
+                    ObjectChangedError,
+                )
+            raise obj.error(
+                f"asked for bytes [{part.pos}, {part.end}), got HTTP {response.status} "
+                f"with Content-Range {content_range}"
+                + (
+                    "; the server ignores Range: use the get-first strategy"
+                    if response.status == 200
+                    else ""
+                )
+            )
+        return response
+
+    async def _drain(self, transfer: _Transfer, response: Response, part: _Part) -> None:
+        """Stream ``response``'s body into the temp file at ``part.pos``, in bounded writes."""
+        obj, temp = transfer.obj, transfer.temp
+        write_size = self.config.write_size
+        limit = part.pos + (
+            response.content_range.end - response.content_range.start
+            if response.content_range is not None
+            else response.content_length
+        )
+        if limit > part.end:
+            raise obj.error(f"server sent bytes up to {limit}, past the expected end {part.end}")
+        pending: list[bytes] = []
+        pending_size = 0
+
+        async def flush() -> None:
+            nonlocal pending_size
+            data = pending[0] if len(pending) == 1 else b"".join(pending)
+            await temp.write(part.pos, data)
+            part.pos += len(data)
+            pending.clear()
+            pending_size = 0
+
+        try:
+            while chunk := await response.body.read(write_size):
+                if part.pos + pending_size + len(chunk) > limit:
+                    raise obj.error("server sent more bytes than it announced")
+                pending.append(chunk)
+                pending_size += len(chunk)
+                if pending_size >= write_size:
+                    await flush()
+        except Exception:
+            # Bytes that arrived before a broken stream are good: keep them, so the
+            # retry resumes after them instead of fetching them again.
+            if pending:
+                await flush()
+            raise
+        if pending:
+            await flush()
+        if part.pos != limit:
+            # aiobotocore checks Content-Length at EOF; this guards a body without one.
+            raise obj.error(f"body ended at byte {part.pos}, expected {limit}")
+
+
+def _check_target(path: str | os.PathLike[str], *, bucket: str, key: str) -> Path:
+    """The target must be creatable in an existing, writable directory."""
+    try:
+        target = Path(os.fspath(path))
+    except TypeError:
+        raise InvalidRequestError(
+            f"path must be a str or os.PathLike, got {path!r}", bucket=bucket, key=key
+        ) from None
+    if not target.name or target.name in (".", ".."):
+        raise InvalidRequestError(f"path {str(target)!r} names no file", bucket=bucket, key=key)
+    if target.is_dir():
+        raise InvalidRequestError(f"path {str(target)!r} is a directory", bucket=bucket, key=key)
+    parent = target.parent
+    if not parent.is_dir():
+        raise InvalidRequestError(
+            f"directory {str(parent)!r} does not exist", bucket=bucket, key=key
+        )
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise InvalidRequestError(
+            f"directory {str(parent)!r} is not writable", bucket=bucket, key=key
+        )
+    return target
+
+
+def _first_failure(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The error that failed a task group (the rest are the cancellations it caused)."""
+    leaves: list[BaseException] = []
+
+    def collect(exc: BaseException) -> None:
+        if isinstance(exc, BaseExceptionGroup):
+            for inner in exc.exceptions:
+                collect(inner)
+        else:
+            leaves.append(exc)
+
+    collect(group)
+    for leaf in leaves:
+        if not isinstance(leaf, asyncio.CancelledError):
+            return leaf
+    return leaves[0] if leaves else asyncio.CancelledError()
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

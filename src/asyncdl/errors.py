@@ -1,0 +1,132 @@
+"""asyncdl's errors, and the one place where lower-layer errors become them.
+
+Every failure of a download surfaces as a :class:`DownloadError` (or a subclass)
+carrying ``bucket`` and ``key``; botocore and aiohttp exceptions stay behind
+``__cause__``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import aiohttp
+from botocore import exceptions as botocore_errors
+
+
+class DownloadError(Exception):
+    """Root of asyncdl's errors: a download of ``bucket``/``key`` failed."""
+
+    def __init__(self, message: str, *, bucket: str, key: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.bucket = bucket
+        self.key = key
+
+    def __str__(self) -> str:
+        return f"s3://{self.bucket}/{self.key}: {self.message}"
+
+
+class InvalidRequestError(DownloadError, ValueError):
+    """The caller asked for something that cannot be done; nothing was sent or written."""
+
+
+class ObjectNotFoundError(DownloadError):
+    """The key, or its bucket, does not exist (HTTP 404)."""
+
+
+class AccessDeniedError(DownloadError):
+    """S3 refused the request (HTTP 403): permissions, credentials or signature."""
+
+
+class ObjectChangedError(DownloadError):
+    """The object changed while it was being downloaded (HTTP 412, or a new ETag)."""
+
+
+class RetryableError(Exception):
+    """Internal: a failure worth another attempt (never escapes the engine)."""
+
+
+_RETRYABLE_CODES = frozenset(
+    {
+        "Throttling",
+        "ThrottlingException",
+        "ThrottledException",
+        "RequestThrottledException",
+        "TooManyRequestsException",
+        "SlowDown",
+        "RequestLimitExceeded",
+        "BandwidthLimitExceeded",
+        "RequestTimeout",
+        "InternalError",
+        "ServiceUnavailable",
+    }
+)
+_RETRYABLE_STATUS = frozenset({500, 502, 503, 504})
+
+# Errors of the transport: the request or its body did not make it through.
+_TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (
+    botocore_errors.HTTPClientError,  # connection closed/reset, read timeout, proxy errors
+    botocore_errors.ResponseStreamingError,
+    botocore_errors.IncompleteReadError,
+    aiohttp.ClientPayloadError,
+    aiohttp.ClientConnectionError,
+    ConnectionError,
+    asyncio.TimeoutError,
+)
+
+
+def client_error_status(exc: botocore_errors.ClientError) -> tuple[int, str]:
+    """The HTTP status and S3 error code of a botocore ``ClientError``."""
+    response: dict[str, Any] = exc.response
+    status = int(response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+    code = str(response.get("Error", {}).get("Code") or status)
+    return status, code
+
+
+def is_retryable(exc: BaseException) -> bool:
+    """Whether another attempt of the same request may succeed."""
+    if isinstance(exc, (RetryableError, *_TRANSPORT_ERRORS)):
+        return True
+    if isinstance(exc, botocore_errors.ClientError):
+        status, code = client_error_status(exc)
+        return status in _RETRYABLE_STATUS or code in _RETRYABLE_CODES
+    return False
+
+
+def translate(exc: BaseException, *, bucket: str, key: str, attempts: int = 1) -> DownloadError:
+    """Map any failure of a request to the :class:`DownloadError` a user can act on."""
+    if isinstance(exc, DownloadError):
+        return exc
+    where = {"bucket": bucket, "key": key}
+    tried = f" after {attempts} attempts" if attempts > 1 else ""
+    if isinstance(exc, botocore_errors.ClientError):
+        status, code = client_error_status(exc)
+        message = exc.response.get("Error", {}).get("Message") or code
+        if status == 404:
+            if code == "NoSuchBucket":
+                return ObjectNotFoundError(f"bucket {bucket!r} does not exist ({code})", **where)
+            return ObjectNotFoundError(f"no such object ({code})", **where)
+        if status == 403:
+            return AccessDeniedError(f"access denied ({code}: {message})", **where)
+        if status == 412:
+            return ObjectChangedError(
+                f"the object changed during the download ({code}); try again", **where
+            )
+        return DownloadError(f"S3 answered HTTP {status} {code}{tried}: {message}", **where)
+    if isinstance(
+        exc, botocore_errors.NoCredentialsError | botocore_errors.PartialCredentialsError
+    ):
+        return AccessDeniedError(
+            f"no AWS credentials found ({exc}); set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY "
+            "or a profile",
+            **where,
+        )
+    if isinstance(exc, botocore_errors.ParamValidationError):
+        return InvalidRequestError(f"invalid request parameters: {exc}", **where)
+    if isinstance(exc, (RetryableError, *_TRANSPORT_ERRORS)):
+        cause = str(exc) or type(exc).__name__
+        return DownloadError(f"transfer failed{tried}: {cause}", **where)
+    if isinstance(exc, OSError):
+        return DownloadError(f"local file error: {exc}", **where)
+    return DownloadError(f"unexpected error {type(exc).__name__}: {exc}", **where)

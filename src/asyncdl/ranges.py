@@ -1,0 +1,72 @@
+"""Byte ranges: planning, the HTTP ``Range`` header and strict ``Content-Range`` parsing.
+
+In code a range is half-open, ``[start, end)``. HTTP's inclusive form exists only
+in :meth:`ByteRange.header` and :func:`parse_content_range`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class ByteRange:
+    """A non-empty half-open byte range ``[start, end)``."""
+
+    start: int
+    end: int
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.start < self.end:
+            raise ValueError(f"invalid byte range [{self.start}, {self.end})")
+
+    @property
+    def length(self) -> int:
+        return self.end - self.start
+
+    def header(self) -> str:
+        """The HTTP ``Range`` header value (inclusive end)."""
+        return f"bytes={self.start}-{self.end - 1}"
+
+
+def plan_ranges(size: int, chunk_size: int, start: int = 0) -> Iterator[ByteRange]:
+    """Split ``[start, size)`` into consecutive ranges of at most ``chunk_size`` bytes.
+
+    A generator, so a many-terabyte object costs no memory to plan.
+    """
+    if chunk_size <= 0:
+        raise ValueError(f"chunk_size must be > 0, got {chunk_size}")
+    if not 0 <= start <= size:
+        raise ValueError(f"start {start} is outside [0, {size}]")
+    for offset in range(start, size, chunk_size):
+        yield ByteRange(offset, min(offset + chunk_size, size))
+
+
+@dataclass(frozen=True, slots=True)
+class ContentRange:
+    """A parsed ``Content-Range: bytes first-last/total``, as half-open ``[start, end)``."""
+
+    start: int
+    end: int
+    total: int
+
+
+_CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+)", re.ASCII)
+
+
+def parse_content_range(value: str) -> ContentRange:
+    """Parse a ``Content-Range`` header strictly.
+
+    Unknown totals (``*``), unsatisfied-range forms, reversed ranges and ranges
+    that run past the total are all errors: each means the server answered
+    something other than what the engine can safely write.
+    """
+    match = _CONTENT_RANGE.fullmatch(value.strip())
+    if match is None:
+        raise ValueError(f"malformed Content-Range {value!r}")
+    first, last, total = (int(group) for group in match.groups())
+    if first > last or last >= total:
+        raise ValueError(f"inconsistent Content-Range {value!r}")
+    return ContentRange(start=first, end=last + 1, total=total)

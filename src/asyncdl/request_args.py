@@ -1,0 +1,80 @@
+"""What a caller may ask of a download: bucket, key and GetObject arguments.
+
+Validated before any request is sent or any file is touched.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from .errors import InvalidRequestError
+
+#: GetObject arguments that asyncdl sends on every request of a download, HEAD included.
+#: Range, IfMatch and PartNumber are the engine's own.
+ALLOWED_EXTRA_ARGS = frozenset(
+    {
+        "VersionId",
+        "SSECustomerAlgorithm",
+        "SSECustomerKey",
+        "SSECustomerKeyMD5",
+        "RequestPayer",
+        "ExpectedBucketOwner",
+        "ChecksumMode",
+    }
+)
+_SECRET_ARGS = frozenset({"SSECustomerKey"})
+_EMPTY: Mapping[str, str] = MappingProxyType({})
+
+# botocore's own rule for bucket names, plus access-point and Outposts ARNs: strict
+# DNS rules would refuse legacy buckets and third-party stores that S3 clients reach.
+_BUCKET = re.compile(r"[a-zA-Z0-9.\-_]{1,255}", re.ASCII)
+_ARN = re.compile(r"arn:[^:]+:s3(?:-object-lambda|-outposts)?:[^:]*:\d*:.+", re.ASCII)
+_MAX_KEY_BYTES = 1024
+
+
+def check_bucket_and_key(bucket: object, key: object) -> None:
+    if not isinstance(bucket, str) or not bucket:
+        raise InvalidRequestError(
+            "bucket must be a non-empty string", bucket=str(bucket), key=str(key)
+        )
+    if not isinstance(key, str) or not key:
+        raise InvalidRequestError("key must be a non-empty string", bucket=bucket, key=str(key))
+    if not (_BUCKET.fullmatch(bucket) or _ARN.fullmatch(bucket)):
+        raise InvalidRequestError(
+            f"invalid bucket name {bucket!r}: use letters, digits, '.', '-' and '_' "
+            "(at most 255), or an access point ARN",
+            bucket=bucket,
+            key=key,
+        )
+    if len(key.encode("utf-8", "surrogatepass")) > _MAX_KEY_BYTES:
+        raise InvalidRequestError(
+            f"key is longer than S3's limit of {_MAX_KEY_BYTES} bytes", bucket=bucket, key=key
+        )
+
+
+def check_extra_args(
+    extra_args: Mapping[str, str] | None, *, bucket: str, key: str
+) -> Mapping[str, str]:
+    """Return ``extra_args`` as a read-only mapping, or raise naming the allowed keys."""
+    if not extra_args:
+        return _EMPTY
+    unknown = sorted(set(extra_args) - ALLOWED_EXTRA_ARGS)
+    if unknown:
+        raise InvalidRequestError(
+            f"unsupported extra_args {unknown}; allowed: {sorted(ALLOWED_EXTRA_ARGS)}",
+            bucket=bucket,
+            key=key,
+        )
+    for name, value in extra_args.items():
+        if not isinstance(value, str):
+            raise InvalidRequestError(
+                f"extra_args[{name!r}] must be a string", bucket=bucket, key=key
+            )
+    return MappingProxyType(dict(extra_args))
+
+
+def redacted(extra_args: Mapping[str, str]) -> dict[str, str]:
+    """A copy safe to log or show: SSE-C keys replaced."""
+    return {name: "***" if name in _SECRET_ARGS else value for name, value in extra_args.items()}

@@ -1,0 +1,25 @@
+"""What a finished download reports."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True, slots=True)
+class DownloadResult:
+    """One object written to ``path``."""
+
+    bucket: str
+    key: str
+    #: Where the object now is.
+    path: Path
+    #: Object size in bytes, as written.
+    size: int
+    #: The ETag every request was pinned to (quoted, as S3 sends it). ``None`` only for
+    #: an empty object discovered by a 416 answer that carried no ETag.
+    etag: str | None
+    #: Name of the strategy that ran: ``"get-first"`` or ``"head-first"``.
+    strategy: str
+    #: S3 requests this download made, retries included.
+    requests: int

@@ -1,0 +1,150 @@
+"""One object on S3 as the engine sees it: HEAD and GET requests with the caller's
+arguments, each holding a slot of the engine's concurrency budget while it is in
+flight, each counted."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from .errors import DownloadError, ObjectChangedError, client_error_status
+from .ranges import ByteRange, ContentRange, parse_content_range
+
+
+def normalize_etag(etag: str) -> str:
+    """ETags travel quoted; a caller may hand one over bare (as some listings print it)."""
+    if etag.startswith(('"', "W/")):
+        return etag
+    return f'"{etag}"'
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectMeta:
+    size: int
+    etag: str | None
+
+
+class RangeNotSatisfiable(Exception):
+    """A 416 answer; ``actual_size`` is S3's ``ActualObjectSize`` when it sent one."""
+
+    def __init__(self, actual_size: int | None, etag: str | None) -> None:
+        super().__init__(f"416 InvalidRange (ActualObjectSize={actual_size})")
+        self.actual_size = actual_size
+        self.etag = etag
+
+
+class Response:
+    """An open GET response: its headers, its body, and the slot it holds until closed."""
+
+    __slots__ = ("_release", "body", "content_length", "content_range", "etag", "status")
+
+    def __init__(self, raw: Mapping[str, Any], release: _Release) -> None:
+        self._release: _Release | None = release
+        self.body = raw["Body"]
+        self.status: int = raw["ResponseMetadata"]["HTTPStatusCode"]
+        self.etag: str | None = raw.get("ETag")
+        self.content_length: int = raw.get("ContentLength", 0)
+        content_range = raw.get("ContentRange")
+        self.content_range: ContentRange | None = (
+            parse_content_range(content_range) if content_range else None
+        )
+
+    def close(self) -> None:
+        """Close the body (an unread body would otherwise leak its pooled connection)
+        and hand the slot back. Idempotent."""
+        release, self._release = self._release, None
+        if release is not None:
+            try:
+                self.body.close()
+            finally:
+                release()
+
+
+_Release = Any  # a zero-argument callable; Semaphore.release
+
+
+class S3Object:
+    """The requests of one download: ``bucket``/``key`` plus the caller's arguments."""
+
+    def __init__(
+        self,
+        client: Any,
+        semaphore: asyncio.Semaphore,
+        bucket: str,
+        key: str,
+        extra_args: Mapping[str, str],
+    ) -> None:
+        self._client = client
+        self._semaphore = semaphore
+        self.bucket = bucket
+        self.key = key
+        self._params: dict[str, Any] = {"Bucket": bucket, "Key": key, **extra_args}
+        #: Requests sent, retries inside botocore included.
+        self.requests = 0
+
+    def error(self, message: str, cls: type[DownloadError] = DownloadError) -> DownloadError:
+        return cls(message, bucket=self.bucket, key=self.key)
+
+    def _count(self, metadata: Mapping[str, Any] | None) -> None:
+        self.requests += 1 + int((metadata or {}).get("RetryAttempts") or 0)
+
+    async def head(self, *, if_match: str | None = None) -> ObjectMeta:
+        params = self._params if if_match is None else {**self._params, "IfMatch": if_match}
+        async with self._semaphore:
+            try:
+                raw = await self._client.head_object(**params)
+            except ClientError as exc:
+                self._count(exc.response.get("ResponseMetadata"))
+                raise
+            except BaseException:
+                self.requests += 1
+                raise
+        self._count(raw.get("ResponseMetadata"))
+        return ObjectMeta(size=int(raw["ContentLength"]), etag=raw.get("ETag"))
+
+    async def get(self, byte_range: ByteRange | None, *, if_match: str | None) -> Response:
+        """Send a GET; the returned response holds a concurrency slot until closed."""
+        params = dict(self._params)
+        if byte_range is not None:
+            params["Range"] = byte_range.header()
+        if if_match is not None:
+            params["IfMatch"] = if_match
+        await self._semaphore.acquire()
+        try:
+            raw = await self._client.get_object(**params)
+        except ClientError as exc:
+            self._count(exc.response.get("ResponseMetadata"))
+            self._semaphore.release()
+            status, _ = client_error_status(exc)
+            if status == 416:
+                error = exc.response.get("Error", {})
+                actual = error.get("ActualObjectSize")
+                headers = exc.response.get("ResponseMetadata", {}).get("HTTPHeaders", {})
+                raise RangeNotSatisfiable(
+                    int(actual) if actual is not None and str(actual).isdigit() else None,
+                    headers.get("etag"),
+                ) from exc
+            raise
+        except BaseException:
+            self.requests += 1
+            self._semaphore.release()
+            raise
+        self._count(raw.get("ResponseMetadata"))
+        try:
+            response = Response(raw, self._semaphore.release)
+        except ValueError as exc:  # a malformed Content-Range
+            raw["Body"].close()
+            self._semaphore.release()
+            raise self.error(f"server sent {exc}") from exc
+        if if_match is not None and response.etag is not None and response.etag != if_match:
+            # A server that ignores If-Match would otherwise mix two versions in one file.
+            response.close()
+            raise self.error(
+                f"ETag changed from {if_match} to {response.etag} during the download",
+                ObjectChangedError,
+            )
+        return response

@@ -1,0 +1,4 @@
+"""Test and benchmark helpers: an embedded moto S3 server and an HTTP-aware TCP proxy.
+
+Not part of the download API; the demo, the test suite and the benchmarks share them.
+"""

@@ -1,0 +1,265 @@
+"""An HTTP/1.1-aware TCP proxy for tests and benchmarks, on loopback.
+
+It sits between an S3 client and a server and, per request: records it (method,
+path, headers), counts requests in flight, adds latency, and can apply a fault
+(answer with an error status, delay, cut the body after N bytes, stall, reset).
+It runs its own event loop in a thread, so synchronous clients (boto3) can use it
+as well as asyncio ones.
+
+Upstream connections are opened per request and the client side is kept alive:
+moto's server closes every connection, S3 does not, and a benchmark through the
+proxy should pay for handshakes as it would against S3.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+_MAX_HEAD = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    method: str
+    path: str
+    headers: dict[str, str]
+
+    @property
+    def range(self) -> str | None:
+        return self.headers.get("range")
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    """What to do to one request; fields combine. All defaults mean: pass it through."""
+
+    #: Answer with this HTTP status (and an S3 error body) instead of forwarding.
+    status: int | None = None
+    error_code: str = "InternalError"
+    #: Seconds to wait before forwarding the request.
+    delay: float = 0.0
+    #: Forward only this many body bytes of the response, then close the connection.
+    cut_after: int | None = None
+    #: Seconds to stall (send nothing) after ``cut_after`` bytes, before closing.
+    stall: float = 0.0
+    #: Close the client connection at once, without answering.
+    reset: bool = False
+    #: Flip the byte at this body offset.
+    corrupt_at: int | None = None
+    #: Request headers to replace (lower-case name -> value; ``None`` removes one).
+    headers: dict[str, str | None] = field(default_factory=dict)
+    #: Called (in the proxy's thread) just before the request is forwarded.
+    before: Callable[[], object] | None = None
+
+
+FaultRule = Callable[[RequestRecord], Fault | None]
+
+
+@dataclass
+class _Stats:
+    requests: list[RequestRecord] = field(default_factory=list)
+    in_flight: int = 0
+    max_in_flight: int = 0
+
+
+class TcpProxy:
+    """Use as a context manager; ``url`` is the endpoint to give clients."""
+
+    def __init__(self, upstream_host: str, upstream_port: int, *, rtt_ms: float = 0.0) -> None:
+        self.upstream = (upstream_host, upstream_port)
+        self.rtt = rtt_ms / 1000.0
+        self.rule: FaultRule | None = None
+        self._stats = _Stats()
+        self._lock = threading.Lock()
+        self._loop = asyncio.new_event_loop()
+        self._server: asyncio.Server | None = None
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self.port = 0
+
+    @classmethod
+    def for_url(cls, url: str, *, rtt_ms: float = 0.0) -> TcpProxy:
+        host_port = url.split("://", 1)[1].rstrip("/")
+        host, port = host_port.rsplit(":", 1)
+        return cls(host, int(port), rtt_ms=rtt_ms)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    # -- what the proxy saw ---------------------------------------------------------
+    @property
+    def requests(self) -> list[RequestRecord]:
+        with self._lock:
+            return list(self._stats.requests)
+
+    @property
+    def max_in_flight(self) -> int:
+        with self._lock:
+            return self._stats.max_in_flight
+
+    def reset_stats(self) -> None:
+        with self._lock:
+            self._stats = _Stats()
+
+    # -- life cycle -----------------------------------------------------------------
+    def __enter__(self) -> TcpProxy:
+        self._thread.start()
+        future = asyncio.run_coroutine_threadsafe(self._start(), self._loop)
+        self.port = future.result(timeout=10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(timeout=10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+        self._loop.close()
+
+    async def _start(self) -> int:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        port: int = self._server.sockets[0].getsockname()[1]
+        return port
+
+    async def _stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    # -- the relay ------------------------------------------------------------------
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while await self._one_exchange(reader, writer):
+                pass
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+            pass
+        except asyncio.CancelledError:
+            # Only the proxy's own shutdown cancels a connection; end it quietly.
+            pass
+        finally:
+            writer.close()
+
+    async def _one_exchange(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> bool:
+        """Relay one request and its response; return whether the client stays open."""
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+        except asyncio.IncompleteReadError:
+            return False
+        request_line, headers = _parse_head(head)
+        method, path, _ = request_line.split(" ", 2)
+        body = await reader.readexactly(int(headers.get("content-length", "0")))
+        record = RequestRecord(method, path, headers)
+        fault = self.rule(record) if self.rule is not None else None
+        with self._lock:
+            stats = self._stats
+            stats.requests.append(record)
+            stats.in_flight += 1
+            stats.max_in_flight = max(stats.max_in_flight, stats.in_flight)
+        try:
+            return await self._relay(head, body, method, fault, writer)
+        finally:
+            with self._lock:
+                stats.in_flight -= 1
+
+    async def _relay(
+        self,
+        head: bytes,
+        body: bytes,
+        method: str,
+        fault: Fault | None,
+        writer: asyncio.StreamWriter,
+    ) -> bool:
+        fault = fault or Fault()
+        if fault.reset:
+            transport = writer.transport
+            transport.abort()
+            return False
+        delay = self.rtt + fault.delay
+        if delay:
+            await asyncio.sleep(delay)
+        if fault.status is not None:
+            payload = (
+                f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>{fault.error_code}</Code>'
+                f"<Message>injected by the test proxy</Message></Error>"
+            ).encode()
+            writer.write(
+                f"HTTP/1.1 {fault.status} Injected\r\nContent-Type: application/xml\r\n"
+                f"Content-Length: {len(payload)}\r\n\r\n".encode()
+                + (payload if method != "HEAD" else b"")
+            )
+            await writer.drain()
+            return True
+        if fault.headers:
+            head = _replace_headers(head, fault.headers)
+        if fault.before is not None:
+            fault.before()
+        up_reader, up_writer = await asyncio.open_connection(*self.upstream)
+        try:
+            up_writer.write(head + body)
+            await up_writer.drain()
+            response_head = await up_reader.readuntil(b"\r\n\r\n")
+            status_line, response_headers = _parse_head(response_head)
+            length = response_headers.get("content-length")
+            if method == "HEAD" or status_line.split(" ")[1] in ("204", "304"):
+                length = "0"
+            # Keep the client side alive when the body has a known length.
+            keep_alive = length is not None
+            writer.write(_rewrite_head(response_head, keep_alive))
+            remaining = int(length) if length is not None else -1
+            sent = 0
+            while remaining != 0:
+                chunk = await up_reader.read(min(65536, remaining) if remaining > 0 else 65536)
+                if not chunk:
+                    break
+                if fault.corrupt_at is not None and sent <= fault.corrupt_at < sent + len(chunk):
+                    index = fault.corrupt_at - sent
+                    chunk = chunk[:index] + bytes([chunk[index] ^ 0xFF]) + chunk[index + 1 :]
+                if fault.cut_after is not None and sent + len(chunk) >= fault.cut_after:
+                    writer.write(chunk[: fault.cut_after - sent])
+                    await writer.drain()
+                    if fault.stall:
+                        await asyncio.sleep(fault.stall)
+                    writer.transport.abort()
+                    return False
+                writer.write(chunk)
+                await writer.drain()
+                sent += len(chunk)
+                if remaining > 0:
+                    remaining -= len(chunk)
+            return keep_alive and remaining == 0
+        finally:
+            up_writer.close()
+
+
+def _parse_head(head: bytes) -> tuple[str, dict[str, str]]:
+    if len(head) > _MAX_HEAD:
+        raise ConnectionError("HTTP head too large")
+    lines = head.decode("latin-1").split("\r\n")
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        if ":" in line:
+            name, value = line.split(":", 1)
+            headers[name.strip().lower()] = value.strip()
+    return lines[0], headers
+
+
+def _rewrite_head(head: bytes, keep_alive: bool) -> bytes:
+    lines = head.decode("latin-1").split("\r\n")
+    kept = [line for line in lines[1:] if line and not line.lower().startswith("connection:")]
+    kept.append("Connection: keep-alive" if keep_alive else "Connection: close")
+    return "\r\n".join([lines[0], *kept]).encode("latin-1") + b"\r\n\r\n"
+
+
+def _replace_headers(head: bytes, changes: dict[str, str | None]) -> bytes:
+    lines = head.decode("latin-1").split("\r\n")
+    kept = [
+        line for line in lines[1:] if line and line.split(":", 1)[0].strip().lower() not in changes
+    ]
+    kept += [f"{name}: {value}" for name, value in changes.items() if value is not None]
+    return "\r\n".join([lines[0], *kept]).encode("latin-1") + b"\r\n\r\n"

@@ -1,0 +1,376 @@
+"""Downloads against moto's server through a recording proxy (DESIGN.md §5)."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import asyncdl
+from asyncdl.testing.tcp_proxy import Fault, RequestRecord, TcpProxy
+from asyncdl.writer import TempFile
+
+from .conftest import CHUNK, make_client, payload, temp_files
+
+SIZES = [0, 1, CHUNK - 1, CHUNK, CHUNK + 1, 2 * CHUNK + 7, 9 * CHUNK + 123]
+STRATEGIES = ["get-first", "head-first"]
+
+
+def gets(proxy: TcpProxy) -> list[RequestRecord]:
+    return [r for r in proxy.requests if r.method == "GET"]
+
+
+def heads(proxy: TcpProxy) -> list[RequestRecord]:
+    return [r for r in proxy.requests if r.method == "HEAD"]
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("size", SIZES)
+async def test_sizes(
+    engine: asyncdl.Engine,
+    s3: Any,
+    bucket: str,
+    proxy: TcpProxy,
+    tmp_path: Path,
+    size: int,
+    strategy: str,
+) -> None:
+    data = payload(size)
+    etag = s3.put_object(Bucket=bucket, Key="obj", Body=data)["ETag"]
+    target = tmp_path / "out.bin"
+
+    result = await engine.download(bucket, "obj", target, strategy=strategy)
+
+    assert target.read_bytes() == data
+    assert result == asyncdl.DownloadResult(
+        bucket=bucket,
+        key="obj",
+        path=target,
+        size=size,
+        etag=None if (size == 0 and strategy == "get-first") else etag,
+        strategy=strategy,
+        requests=result.requests,
+    )
+    parts = max(1, math.ceil(size / CHUNK))
+    if strategy == "get-first":
+        expected_gets, expected_heads = parts, 0
+        first, *rest = gets(proxy)
+        assert first.range == f"bytes=0-{CHUNK - 1}"
+        assert "if-match" not in first.headers
+    else:
+        expected_gets, expected_heads = parts, 1
+        rest = gets(proxy)
+        if size <= CHUNK:
+            assert rest[0].range is None  # one plain GET for a small object
+    assert len(gets(proxy)) == expected_gets
+    assert len(heads(proxy)) == expected_heads
+    assert result.requests == expected_gets + expected_heads == len(proxy.requests)
+    assert all(r.headers.get("if-match") == etag for r in rest)
+    assert temp_files(tmp_path) == []
+
+
+async def test_small_object_is_one_request_get_first(
+    engine: asyncdl.Engine, s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path
+) -> None:
+    s3.put_object(Bucket=bucket, Key="tiny", Body=b"x" * 1024)
+    result = await engine.download(bucket, "tiny", tmp_path / "t", strategy="get-first")
+    assert (result.requests, len(proxy.requests)) == (1, 1)
+
+
+async def test_object_changed_between_parts(
+    engine: asyncdl.Engine, s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path
+) -> None:
+    s3.put_object(Bucket=bucket, Key="obj", Body=payload(3 * CHUNK))
+    target = tmp_path / "out.bin"
+
+    def overwrite() -> None:
+        s3.put_object(Bucket=bucket, Key="obj", Body=payload(3 * CHUNK, seed=1))
+
+    proxy.rule = lambda r: (
+        Fault(before=overwrite) if r.range == f"bytes={2 * CHUNK}-{3 * CHUNK - 1}" else None
+    )
+    with pytest.raises(asyncdl.ObjectChangedError) as caught:
+        await engine.download(bucket, "obj", target, strategy="get-first")
+    assert (caught.value.bucket, caught.value.key) == (bucket, "obj")
+    assert not target.exists()
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+async def test_missing_key_and_bucket(
+    engine: asyncdl.Engine, bucket: str, tmp_path: Path, strategy: str
+) -> None:
+    with pytest.raises(asyncdl.ObjectNotFoundError, match="no such object"):
+        await engine.download(bucket, "missing", tmp_path / "a", strategy=strategy)
+    with pytest.raises(asyncdl.ObjectNotFoundError) as caught:
+        await engine.download("no-such-bucket-here", "k", tmp_path / "b", strategy=strategy)
+    assert caught.value.bucket == "no-such-bucket-here"
+    assert os.listdir(tmp_path) == []
+
+
+async def test_existing_target_kept_on_failure(
+    engine: asyncdl.Engine, bucket: str, tmp_path: Path
+) -> None:
+    target = tmp_path / "keep.txt"
+    target.write_bytes(b"precious")
+    with pytest.raises(asyncdl.ObjectNotFoundError):
+        await engine.download(bucket, "missing", target)
+    assert target.read_bytes() == b"precious"
+    assert os.listdir(tmp_path) == ["keep.txt"]
+
+
+async def test_existing_target_replaced_on_success(
+    engine: asyncdl.Engine, s3: Any, bucket: str, tmp_path: Path
+) -> None:
+    target = tmp_path / "file"
+    target.write_bytes(b"old content that is longer than the new one")
+    s3.put_object(Bucket=bucket, Key="k", Body=b"new")
+    await engine.download(bucket, "k", target)
+    assert target.read_bytes() == b"new"
+
+
+@pytest.mark.parametrize(
+    ("make_path", "message"),
+    [
+        (lambda tmp: tmp / "missing-dir" / "file", "does not exist"),
+        (lambda tmp: tmp, "is a directory"),
+        (lambda tmp: "", "names no file"),
+    ],
+)
+async def test_bad_targets_touch_nothing(
+    engine: asyncdl.Engine,
+    s3: Any,
+    bucket: str,
+    proxy: TcpProxy,
+    tmp_path: Path,
+    make_path: Any,
+    message: str,
+) -> None:
+    s3.put_object(Bucket=bucket, Key="k", Body=b"data")
+    with pytest.raises(asyncdl.InvalidRequestError, match=message):
+        await engine.download(bucket, "k", make_path(tmp_path))
+    assert proxy.requests == []
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    ("bucket_name", "key", "message"),
+    [("", "k", "bucket"), ("b", "", "key"), ("bad bucket!", "k", "invalid bucket name")],
+)
+async def test_bad_bucket_or_key(
+    engine: asyncdl.Engine,
+    proxy: TcpProxy,
+    tmp_path: Path,
+    bucket_name: str,
+    key: str,
+    message: str,
+) -> None:
+    with pytest.raises(asyncdl.InvalidRequestError, match=message):
+        await engine.download(bucket_name, key, tmp_path / "x")
+    assert proxy.requests == []
+
+
+async def test_unknown_extra_args_name_the_allowed_ones(
+    engine: asyncdl.Engine, bucket: str, proxy: TcpProxy, tmp_path: Path
+) -> None:
+    with pytest.raises(ValueError, match=r"unsupported extra_args \['Range'\].*VersionId"):
+        await engine.download(bucket, "k", tmp_path / "x", extra_args={"Range": "bytes=0-1"})
+    assert proxy.requests == []
+    assert os.listdir(tmp_path) == []
+
+
+async def test_unknown_strategy(engine: asyncdl.Engine, bucket: str, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="unknown strategy 'fastest'"):
+        await engine.download(bucket, "k", tmp_path / "x", strategy="fastest")
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+async def test_version_id_sent_on_every_request(
+    engine: asyncdl.Engine, s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path, strategy: str
+) -> None:
+    s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+    old = payload(2 * CHUNK + 7, seed=1)
+    version = s3.put_object(Bucket=bucket, Key="v", Body=old)["VersionId"]
+    s3.put_object(Bucket=bucket, Key="v", Body=payload(2 * CHUNK + 7, seed=2))
+    target = tmp_path / "v"
+
+    await engine.download(bucket, "v", target, strategy=strategy, extra_args={"VersionId": version})
+
+    assert target.read_bytes() == old
+    assert len(proxy.requests) == (3 if strategy == "get-first" else 4)
+    assert all(f"versionId={version}" in r.path for r in proxy.requests)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+async def test_sse_c_sent_on_every_request(
+    engine: asyncdl.Engine, s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path, strategy: str
+) -> None:
+    key = os.urandom(32)
+    sse = {"SSECustomerAlgorithm": "AES256", "SSECustomerKey": key.decode("latin-1")}
+    data = payload(CHUNK + 1)
+    s3.put_object(Bucket=bucket, Key="secret", Body=data, **sse)
+    target = tmp_path / "secret"
+
+    await engine.download(bucket, "secret", target, strategy=strategy, extra_args=sse)
+
+    assert target.read_bytes() == data
+    assert proxy.requests
+    for request in proxy.requests:
+        assert request.headers["x-amz-server-side-encryption-customer-algorithm"] == "AES256"
+        assert request.headers["x-amz-server-side-encryption-customer-key"]
+        assert request.headers["x-amz-server-side-encryption-customer-key-md5"]
+
+
+@pytest.mark.parametrize("size", [0, 10, CHUNK, 3 * CHUNK + 5])
+async def test_known_size_and_etag_skip_discovery(
+    engine: asyncdl.Engine, s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path, size: int
+) -> None:
+    data = payload(size)
+    etag = s3.put_object(Bucket=bucket, Key="k", Body=data)["ETag"]
+    target = tmp_path / "k"
+
+    result = await engine.download(bucket, "k", target, size=size, etag=etag.strip('"'))
+
+    assert target.read_bytes() == data
+    assert result.etag == etag
+    assert result.requests == len(proxy.requests) == max(1, math.ceil(size / CHUNK))
+    assert heads(proxy) == []
+    assert all(r.headers.get("if-match") == etag for r in proxy.requests)
+    if size <= CHUNK:
+        assert proxy.requests[0].range is None
+
+
+async def test_known_etag_that_is_stale(
+    engine: asyncdl.Engine, s3: Any, bucket: str, tmp_path: Path
+) -> None:
+    s3.put_object(Bucket=bucket, Key="k", Body=b"now")
+    with pytest.raises(asyncdl.ObjectChangedError):
+        await engine.download(bucket, "k", tmp_path / "k", size=3, etag='"0123456789abcdef"')
+    assert os.listdir(tmp_path) == []
+
+
+async def test_server_ignoring_range_is_downloaded_once(
+    engine: asyncdl.Engine, s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path
+) -> None:
+    data = payload(3 * CHUNK + 1)
+    s3.put_object(Bucket=bucket, Key="k", Body=data)
+    proxy.rule = lambda r: Fault(headers={"range": None})
+    target = tmp_path / "k"
+
+    result = await engine.download(bucket, "k", target, strategy="get-first")
+
+    assert target.read_bytes() == data
+    assert result.requests == len(proxy.requests) == 1
+
+
+async def test_content_range_that_does_not_match_the_request(
+    engine: asyncdl.Engine, s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path
+) -> None:
+    s3.put_object(Bucket=bucket, Key="k", Body=payload(3 * CHUNK))
+    wrong = f"bytes={CHUNK + 1}-{2 * CHUNK - 1}"
+    proxy.rule = lambda r: (
+        Fault(headers={"range": wrong}) if r.range == f"bytes={CHUNK}-{2 * CHUNK - 1}" else None
+    )
+    with pytest.raises(asyncdl.DownloadError, match="Content-Range"):
+        await engine.download(bucket, "k", tmp_path / "k", strategy="get-first")
+    assert os.listdir(tmp_path) == []
+
+
+async def test_concurrency_budget_is_not_exceeded(
+    s3: Any, bucket: str, proxy: TcpProxy, client: Any, tmp_path: Path
+) -> None:
+    s3.put_object(Bucket=bucket, Key="big", Body=payload(20 * CHUNK))
+    proxy.rtt = 0.02  # keep requests in flight long enough to overlap
+    config = asyncdl.TransferConfig(chunk_size=CHUNK, max_concurrency=3)
+    async with asyncdl.Engine(client, config=config) as engine:
+        await engine.download(bucket, "big", tmp_path / "big")
+    assert len(proxy.requests) == 20
+    assert proxy.max_in_flight == 3
+
+
+async def test_borrowed_client_is_left_open(
+    s3: Any, bucket: str, client: Any, tmp_path: Path
+) -> None:
+    s3.put_object(Bucket=bucket, Key="k", Body=b"abc")
+    result = await asyncdl.download(bucket, "k", tmp_path / "k", client=client)
+    assert result.strategy == "get-first"  # the client is configured when_required
+    listed = await client.list_objects_v2(Bucket=bucket)  # still usable
+    assert listed["KeyCount"] == 1
+
+
+async def test_auto_uses_head_first_on_a_validating_client(
+    s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path
+) -> None:
+    s3.put_object(Bucket=bucket, Key="k", Body=b"abc")
+    async with make_client(proxy.url, response_checksum_validation="when_supported") as client:
+        result = await asyncdl.download(bucket, "k", tmp_path / "k", client=client)
+    assert (result.strategy, result.requests) == ("head-first", 2)
+
+
+async def test_engine_creates_its_own_client_from_the_environment(
+    s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", proxy.url)
+    s3.put_object(Bucket=bucket, Key="k", Body=payload(CHUNK * 2))
+    config = asyncdl.TransferConfig(chunk_size=CHUNK, max_concurrency=32)
+    async with asyncdl.Engine(config=config) as engine:
+        assert engine.client.meta.config.max_pool_connections == 32
+        result = await engine.download(bucket, "k", tmp_path / "k")
+    assert result.strategy == "get-first"
+    assert result.requests == len(proxy.requests) == 2
+    with pytest.raises(RuntimeError, match="not open"):
+        await engine.download(bucket, "k", tmp_path / "k")
+
+
+async def test_one_call_download(
+    s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", proxy.url)
+    s3.put_object(Bucket=bucket, Key="dir/k", Body=b"hello")
+    result = await asyncdl.download(bucket, "dir/k", str(tmp_path / "k"), strategy="head-first")
+    assert (tmp_path / "k").read_bytes() == b"hello"
+    assert (result.strategy, result.requests, result.size) == ("head-first", 2, 5)
+
+
+async def test_cancellation_removes_the_temp_file(
+    engine: asyncdl.Engine, s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path
+) -> None:
+    s3.put_object(Bucket=bucket, Key="big", Body=payload(12 * CHUNK))
+    target = tmp_path / "big"
+    target.write_bytes(b"old")
+    proxy.rtt = 0.05
+    task = asyncio.create_task(engine.download(bucket, "big", target))
+    while len(proxy.requests) < 3:  # parts are in flight, the temp file exists
+        await asyncio.sleep(0.005)
+    assert temp_files(tmp_path)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert temp_files(tmp_path) == []
+    assert target.read_bytes() == b"old"
+
+
+async def test_bodies_are_written_in_bounded_pieces(
+    client: Any, s3: Any, bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = payload(3 * CHUNK)
+    s3.put_object(Bucket=bucket, Key="k", Body=data)
+    sizes: list[int] = []
+    original = TempFile.write
+
+    async def recording_write(self: TempFile, offset: int, piece: bytes) -> None:
+        sizes.append(len(piece))
+        await original(self, offset, piece)
+
+    monkeypatch.setattr(TempFile, "write", recording_write)
+    config = asyncdl.TransferConfig(chunk_size=CHUNK, write_size=4096)
+    async with asyncdl.Engine(client, config=config) as engine:
+        await engine.download(bucket, "k", tmp_path / "k")
+    assert (tmp_path / "k").read_bytes() == data
+    assert sum(sizes) == len(data)
+    assert len(sizes) >= len(data) // (2 * 4096)
+    assert max(sizes) < 2 * 4096
