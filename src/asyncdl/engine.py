@@ -232,7 +232,9 @@ class Engine:
             if temp is not None:
                 temp.discard()
             if isinstance(exc, BaseExceptionGroup):
-                raise _first_failure(exc) from None
+                failure = _first_failure(exc)
+                # Keep the failure's own cause; the group around it is noise.
+                raise failure from failure.__cause__
             raise
 
     async def _run_part(

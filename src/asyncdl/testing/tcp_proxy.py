@@ -225,7 +225,9 @@ class TcpProxy:
                     await writer.drain()
                     if fault.stall:
                         await asyncio.sleep(fault.stall)
-                    writer.transport.abort()
+                    # A graceful close delivers what was sent, then EOF: a short body.
+                    # (abort() would drop bytes still buffered, headers included.)
+                    writer.close()
                     return False
                 writer.write(chunk)
                 await writer.drain()
