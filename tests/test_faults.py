@@ -66,7 +66,10 @@ async def test_cut_stream_resumes_from_the_cut(
     def cut_each_part_once(request: RequestRecord) -> Fault | None:
         if request.range in originals and request.range not in cut_once:
             cut_once.add(request.range)
-            return Fault(cut_after=cut)
+            # Hold the connection open a moment after the cut: aiohttp drops bytes still
+            # buffered when it sees the connection end, and the engine can only resume
+            # after bytes it has received.
+            return Fault(cut_after=cut, stall=0.3)
         return None
 
     proxy.rule = cut_each_part_once
