@@ -1,6 +1,7 @@
 """asyncdl: an asyncio engine for downloading objects from S3 and S3-compatible stores."""
 
 from .api import download
+from .bulk import DownloadRequest
 from .config import TransferConfig
 from .engine import Engine
 from .errors import (
@@ -16,6 +17,7 @@ from .strategies import GetFirst, HeadFirst, Strategy
 __all__ = [
     "AccessDeniedError",
     "DownloadError",
+    "DownloadRequest",
     "DownloadResult",
     "Engine",
     "GetFirst",

@@ -11,17 +11,18 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
+from . import bulk
+from .bulk import DownloadItem
 from .clients import create_default_client
 from .config import TransferConfig
 from .errors import (
-    DownloadError,
     InvalidRequestError,
     ObjectChangedError,
     is_retryable,
@@ -146,10 +147,12 @@ class Engine:
         try:
             discovery = await self._discover(obj, chosen, size, etag)
             await self._fetch(obj, discovery, target)
-        except DownloadError:
-            raise
         except Exception as exc:
-            raise translate(exc, bucket=bucket, key=key) from exc
+            error = translate(exc, bucket=bucket, key=key)
+            error.requests = obj.requests
+            if error is exc:
+                raise
+            raise error from exc
         return DownloadResult(
             bucket=bucket,
             key=key,
@@ -158,6 +161,44 @@ class Engine:
             etag=discovery.etag,
             strategy=chosen.name,
             requests=obj.requests,
+        )
+
+    def download_many(
+        self,
+        items: Iterable[DownloadItem] | AsyncIterable[DownloadItem],
+        *,
+        strategy: str | Strategy = "auto",
+        extra_args: Mapping[str, str] | None = None,
+    ) -> AsyncIterator[DownloadResult]:
+        """Download every item; yield one result per item, in completion order.
+
+        ``items`` are ``(bucket, key, path)`` tuples or :class:`DownloadRequest`
+        objects, from any iterable or async iterable, pulled only as slots free up.
+        A failed item yields a result whose ``error`` holds the ``DownloadError``;
+        the batch goes on. ``extra_args`` apply to items that carry none of their own.
+        Leaving the loop early cancels what is in flight and removes its temp files
+        (at once with ``contextlib.aclosing``, else when the iterator is collected).
+        """
+        return bulk.download_many(self, items, strategy=strategy, extra_args=extra_args)
+
+    def download_prefix(
+        self,
+        bucket: str,
+        prefix: str,
+        dest_dir: str | os.PathLike[str],
+        *,
+        strategy: str | Strategy = "auto",
+        extra_args: Mapping[str, str] | None = None,
+    ) -> AsyncIterator[DownloadResult]:
+        """Download every object under ``s3://bucket/prefix`` into ``dest_dir``.
+
+        Lists with ListObjectsV2 page by page while downloading; each listed size and
+        ETag is passed on, so no object needs a discovery request and every GET is
+        pinned. A key that would land outside ``dest_dir`` is refused and reported
+        as that item's error; folder markers (``.../`` of size 0) are skipped.
+        """
+        return bulk.download_prefix(
+            self, bucket, prefix, dest_dir, strategy=strategy, extra_args=extra_args
         )
 
     async def _discover(

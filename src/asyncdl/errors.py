@@ -22,6 +22,8 @@ class DownloadError(Exception):
         self.message = message
         self.bucket = bucket
         self.key = key
+        #: S3 requests the failed download made before it gave up.
+        self.requests = 0
 
     def __str__(self) -> str:
         return f"s3://{self.bucket}/{self.key}: {self.message}"

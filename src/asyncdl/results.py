@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from .errors import DownloadError
+
 
 @dataclass(frozen=True, slots=True)
 class DownloadResult:
@@ -23,3 +25,9 @@ class DownloadResult:
     strategy: str
     #: S3 requests this download made, retries included.
     requests: int
+    #: Why the download failed, in bulk downloads (``size`` is then 0); ``None`` on success.
+    error: DownloadError | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
