@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
@@ -68,7 +68,7 @@ async def download_many(
     *,
     strategy: str | Strategy,
     extra_args: Mapping[str, str] | None,
-) -> AsyncIterator[DownloadResult]:
+) -> AsyncGenerator[DownloadResult]:
     """See :meth:`Engine.download_many`. Items may also be ready-made (failed) results."""
     limit = engine.config.max_concurrency
     source = _pull(items)
@@ -151,7 +151,7 @@ async def download_prefix(
     *,
     strategy: str | Strategy,
     extra_args: Mapping[str, str] | None,
-) -> AsyncIterator[DownloadResult]:
+) -> AsyncGenerator[DownloadResult]:
     """See :meth:`Engine.download_prefix`."""
     root = _check_dest_dir(dest_dir, bucket=bucket, prefix=prefix)
     listing = _list_requests(
@@ -180,7 +180,7 @@ async def _list_requests(
     root: Path,
     strategy: str | Strategy,
     extra_args: Mapping[str, str] | None,
-) -> AsyncIterator[DownloadRequest | DownloadResult]:
+) -> AsyncGenerator[DownloadRequest | DownloadResult]:
     params = {name: extra_args[name] for name in _LIST_ARGS if extra_args and name in extra_args}
     made: set[Path] = set()
     pages = engine.client.get_paginator("list_objects_v2").paginate(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterable, Iterable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -169,7 +169,7 @@ class Engine:
         *,
         strategy: str | Strategy = "auto",
         extra_args: Mapping[str, str] | None = None,
-    ) -> AsyncIterator[DownloadResult]:
+    ) -> AsyncGenerator[DownloadResult]:
         """Download every item; yield one result per item, in completion order.
 
         ``items`` are ``(bucket, key, path)`` tuples or :class:`DownloadRequest`
@@ -189,7 +189,7 @@ class Engine:
         *,
         strategy: str | Strategy = "auto",
         extra_args: Mapping[str, str] | None = None,
-    ) -> AsyncIterator[DownloadResult]:
+    ) -> AsyncGenerator[DownloadResult]:
         """Download every object under ``s3://bucket/prefix`` into ``dest_dir``.
 
         Lists with ListObjectsV2 page by page while downloading; each listed size and
