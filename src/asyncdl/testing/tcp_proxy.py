@@ -76,7 +76,8 @@ class TcpProxy:
         self._lock = threading.Lock()
         self._loop = asyncio.new_event_loop()
         self._server: asyncio.Server | None = None
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._connections: set[asyncio.Task[None]] = set()
+        self._thread = threading.Thread(target=self._run, daemon=True)
         self.port = 0
 
     @classmethod
@@ -115,6 +116,12 @@ class TcpProxy:
         asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(timeout=10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        self._loop.run_forever()
+        # A connection accepted between _stop and the loop stopping still has a task:
+        # finish it here, as asyncio.run does, so nothing is destroyed while pending.
+        self._loop.run_until_complete(self._cancel_all())
         self._loop.close()
 
     async def _start(self) -> int:
@@ -125,13 +132,26 @@ class TcpProxy:
     async def _stop(self) -> None:
         if self._server is not None:
             self._server.close()
-        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._cancel_all()
+
+    async def _cancel_all(self) -> None:
+        # Connections accepted while others were being cancelled start new tasks:
+        # repeat until none is left, then let the closed transports finish closing.
+        while tasks := [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        for _ in range(3):
+            await asyncio.sleep(0)
 
     # -- the relay ------------------------------------------------------------------
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        # asyncio holds connection tasks weakly; a strong reference keeps one whose
+        # peer vanished from being collected mid-wait (and warning) before shutdown.
+        task = asyncio.current_task()
+        if task is not None:
+            self._connections.add(task)
+            task.add_done_callback(self._connections.discard)
         try:
             while await self._one_exchange(reader, writer):
                 pass
