@@ -44,6 +44,9 @@ class TransferConfig:
     #: fsync the temp file before it replaces the target (durability against power loss,
     #: at a cost per file).
     fsync: bool = False
+    #: Send GETs through asyncdl's lean signed path (botocore prepares one request per
+    #: bucket; see ``asyncdl.signed_get``). False sends every GET with ``get_object``.
+    lean_get: bool = True
 
     def __post_init__(self) -> None:
         _check_int("chunk_size", self.chunk_size, MIN_CHUNK_SIZE, MAX_CHUNK_SIZE)
@@ -55,8 +58,9 @@ class TransferConfig:
         _check_seconds("backoff_max", self.backoff_max)
         if not _finite(self.backoff_base) or self.backoff_base < 0:
             raise ValueError(f"backoff_base must be a number >= 0, got {self.backoff_base!r}")
-        if not isinstance(self.fsync, bool):
-            raise ValueError(f"fsync must be a bool, got {self.fsync!r}")
+        for name in ("fsync", "lean_get"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
 
 
 def _check_int(name: str, value: object, low: int, high: int) -> None:

@@ -33,6 +33,7 @@ from .request_args import check_bucket_and_key, check_extra_args
 from .results import DownloadResult
 from .retry import backoff_delay, logger
 from .s3_source import Response, S3Object, normalize_etag
+from .signed_get import SignedGets
 from .strategies import Discovery, Strategy, resolve_strategy
 from .writer import TempFile
 
@@ -71,6 +72,7 @@ class Engine:
         self._owns_client = client is None
         self._stack = AsyncExitStack()
         self._semaphore = asyncio.Semaphore(self.config.max_concurrency)
+        self._signed: SignedGets | None = None
         self._open = False
 
     async def __aenter__(self) -> Self:
@@ -91,11 +93,14 @@ class Engine:
             return
         if self._owns_client:
             self._client = await create_default_client(self._stack, self.config)
+        if self.config.lean_get:
+            self._signed = SignedGets.for_client(self._client)
         self._open = True
 
     async def aclose(self) -> None:
         """Close the client the engine created (a borrowed one stays open)."""
         self._open = False
+        self._signed = None
         await self._stack.aclose()
         if self._owns_client:
             self._client = None
@@ -143,7 +148,7 @@ class Engine:
             chosen = resolve_strategy(strategy, client)
         except ValueError as exc:
             raise InvalidRequestError(str(exc), bucket=bucket, key=key) from None
-        obj = S3Object(client, self._semaphore, bucket, key, args)
+        obj = S3Object(client, self._semaphore, bucket, key, args, signed=self._signed)
         try:
             discovery = await self._discover(obj, chosen, size, etag)
             await self._fetch(obj, discovery, target)

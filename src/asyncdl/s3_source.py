@@ -5,7 +5,7 @@ flight, each counted."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,6 +13,7 @@ from botocore.exceptions import ClientError
 
 from .errors import DownloadError, ObjectChangedError, client_error_status
 from .ranges import ByteRange, ContentRange, parse_content_range
+from .signed_get import Fallback, GetTemplate, RawResponse, SignedGets
 
 
 def normalize_etag(etag: str) -> str:
@@ -42,15 +43,46 @@ class Response:
 
     __slots__ = ("_release", "body", "content_length", "content_range", "etag", "status")
 
-    def __init__(self, raw: Mapping[str, Any], release: _Release) -> None:
-        self._release: _Release | None = release
-        self.body = raw["Body"]
-        self.status: int = raw["ResponseMetadata"]["HTTPStatusCode"]
-        self.etag: str | None = raw.get("ETag")
-        self.content_length: int = raw.get("ContentLength", 0)
-        content_range = raw.get("ContentRange")
+    def __init__(
+        self,
+        *,
+        status: int,
+        etag: str | None,
+        content_length: int,
+        content_range: str | None,
+        body: Any,
+        release: Callable[[], None],
+    ) -> None:
+        self._release: Callable[[], None] | None = release
+        self.body = body
+        self.status = status
+        self.etag = etag
+        self.content_length = content_length
         self.content_range: ContentRange | None = (
             parse_content_range(content_range) if content_range else None
+        )
+
+    @classmethod
+    def from_botocore(cls, raw: Mapping[str, Any], release: Callable[[], None]) -> Response:
+        return cls(
+            status=raw["ResponseMetadata"]["HTTPStatusCode"],
+            etag=raw.get("ETag"),
+            content_length=raw.get("ContentLength", 0),
+            content_range=raw.get("ContentRange"),
+            body=raw["Body"],
+            release=release,
+        )
+
+    @classmethod
+    def from_raw(cls, raw: RawResponse, release: Callable[[], None]) -> Response:
+        headers = raw.headers
+        return cls(
+            status=raw.status,
+            etag=headers.get("etag"),
+            content_length=int(headers.get("content-length", 0)),
+            content_range=headers.get("content-range"),
+            body=raw.body,
+            release=release,
         )
 
     def close(self) -> None:
@@ -64,9 +96,6 @@ class Response:
                 release()
 
 
-_Release = Any  # a zero-argument callable; Semaphore.release
-
-
 class S3Object:
     """The requests of one download: ``bucket``/``key`` plus the caller's arguments."""
 
@@ -77,9 +106,13 @@ class S3Object:
         bucket: str,
         key: str,
         extra_args: Mapping[str, str],
+        *,
+        signed: SignedGets | None = None,
     ) -> None:
         self._client = client
         self._semaphore = semaphore
+        self._signed = signed
+        self._extra_args = extra_args
         self.bucket = bucket
         self.key = key
         self._params: dict[str, Any] = {"Bucket": bucket, "Key": key, **extra_args}
@@ -108,16 +141,13 @@ class S3Object:
 
     async def get(self, byte_range: ByteRange | None, *, if_match: str | None) -> Response:
         """Send a GET; the returned response holds a concurrency slot until closed."""
-        params = dict(self._params)
-        if byte_range is not None:
-            params["Range"] = byte_range.header()
-        if if_match is not None:
-            params["IfMatch"] = if_match
+        template = None
+        if self._signed is not None:
+            template = await self._signed.template(self.bucket, self._extra_args)
         await self._semaphore.acquire()
         try:
-            raw = await self._client.get_object(**params)
+            response = await self._send(template, byte_range, if_match)
         except ClientError as exc:
-            self._count(exc.response.get("ResponseMetadata"))
             self._semaphore.release()
             status, _ = client_error_status(exc)
             if status == 416:
@@ -130,16 +160,8 @@ class S3Object:
                 ) from exc
             raise
         except BaseException:
-            self.requests += 1
             self._semaphore.release()
             raise
-        self._count(raw.get("ResponseMetadata"))
-        try:
-            response = Response(raw, self._semaphore.release)
-        except ValueError as exc:  # a malformed Content-Range
-            raw["Body"].close()
-            self._semaphore.release()
-            raise self.error(f"server sent {exc}") from exc
         if if_match is not None and response.etag is not None and response.etag != if_match:
             # A server that ignores If-Match would otherwise mix two versions in one file.
             response.close()
@@ -148,3 +170,42 @@ class S3Object:
                 ObjectChangedError,
             )
         return response
+
+    async def _send(
+        self, template: GetTemplate | None, byte_range: ByteRange | None, if_match: str | None
+    ) -> Response:
+        """One GET (two if the lean path hands it back to botocore), counted."""
+        range_header = byte_range.header() if byte_range is not None else None
+        if template is not None and self._signed is not None:
+            self.requests += 1
+            try:
+                raw = await self._signed.send(
+                    template, self.key, range_header=range_header, if_match=if_match
+                )
+            except Fallback:
+                pass
+            else:
+                return self._wrap(Response.from_raw, raw)
+        params = dict(self._params)
+        if range_header is not None:
+            params["Range"] = range_header
+        if if_match is not None:
+            params["IfMatch"] = if_match
+        try:
+            raw_dict = await self._client.get_object(**params)
+        except ClientError as exc:
+            self._count(exc.response.get("ResponseMetadata"))
+            raise
+        except BaseException:
+            self.requests += 1
+            raise
+        self._count(raw_dict.get("ResponseMetadata"))
+        return self._wrap(Response.from_botocore, raw_dict)
+
+    def _wrap(self, build: Callable[[Any, Callable[[], None]], Response], raw: Any) -> Response:
+        try:
+            return build(raw, self._semaphore.release)
+        except ValueError as exc:  # a malformed Content-Range
+            body = raw["Body"] if isinstance(raw, Mapping) else raw.body
+            body.close()
+            raise self.error(f"server sent {exc}") from exc
