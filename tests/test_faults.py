@@ -98,3 +98,27 @@ async def test_retries_exhausted(
     assert type(caught.value) is asyncdl.DownloadError
     assert temp_files(tmp_path) == []
     assert target.read_bytes() == b"old"
+
+
+@pytest.mark.parametrize("strategy", ["get-first", "head-first"])
+async def test_cut_single_response_object_resumes(
+    engine: asyncdl.Engine, s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path, strategy: str
+) -> None:
+    # Small enough for the one-hop writer: the resumed write must still land right.
+    data = payload(50_000)
+    s3.put_object(Bucket=bucket, Key="k", Body=data)
+    cut_once: list[RequestRecord] = []
+
+    def cut_first_get(request: RequestRecord) -> Fault | None:
+        if request.method == "GET" and not cut_once:
+            cut_once.append(request)
+            return Fault(cut_after=10_000, stall=0.3)
+        return None
+
+    proxy.rule = cut_first_get
+    result = await engine.download(bucket, "k", tmp_path / "k", strategy=strategy)
+    assert (tmp_path / "k").read_bytes() == data
+    gets = [r for r in proxy.requests if r.method == "GET"]
+    assert [r.range for r in gets][-1] == "bytes=10000-49999"
+    assert result.requests == len(proxy.requests)
+    assert temp_files(tmp_path) == []

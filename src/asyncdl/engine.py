@@ -244,33 +244,28 @@ class Engine:
         config = self.config
         first, size, etag = discovery.first, discovery.size, discovery.etag
         temp: TempFile | None = None
+        # One response holds the whole object (the open first one, or one plain GET,
+        # which works for empty objects where any Range is a 416): no part tasks.
+        whole_in_first = first is not None and discovery.first_end == size
+        one_plain_get = first is None and not discovery.complete and size <= config.chunk_size
         try:
-            temp = await TempFile.create(target, size, fsync=config.fsync)
+            if (whole_in_first or one_plain_get or discovery.complete) and (
+                size <= config.write_size
+            ):
+                # One sequential writer, small enough for one write: the file is
+                # created, written, closed and renamed in one executor hop, not three.
+                temp = TempFile.deferred(target, size, fsync=config.fsync)
+            else:
+                temp = await TempFile.create(target, size, fsync=config.fsync)
             transfer = _Transfer(obj, temp, etag, size)
-            # Bounds this download's part tasks; the shared budget is taken per request.
-            window = asyncio.Semaphore(config.max_concurrency)
-
-            async def start(part: _Part, response: Response | None) -> None:
-                await window.acquire()
-                tasks.create_task(self._run_part(transfer, part, response, window))
-
-            async with asyncio.TaskGroup() as tasks:
-                if first is not None:
-                    first_part = _Part(0, discovery.first_end)
-                    await window.acquire()
-                    tasks.create_task(self._run_part(transfer, first_part, first, window))
-                    first = None  # the task owns it now
-                    offset = first_part.end
-                elif discovery.complete:
-                    offset = size
-                elif size <= config.chunk_size:
-                    # One plain GET: works for empty objects, where any Range is a 416.
-                    await start(_Part(0, size), None)
-                    offset = size
-                else:
-                    offset = 0
-                for byte_range in plan_ranges(size, config.chunk_size, offset):
-                    await start(_Part(byte_range.start, byte_range.end), None)
+            if whole_in_first:
+                response, first = first, None
+                await self._fetch_part(transfer, _Part(0, size), response)
+            elif one_plain_get:
+                await self._fetch_part(transfer, _Part(0, size), None)
+            elif not discovery.complete:
+                first, opened = None, first
+                await self._fetch_parts(transfer, opened, discovery.first_end)
             await temp.commit()
         except BaseException as exc:
             if first is not None:
@@ -282,6 +277,30 @@ class Engine:
                 # Keep the failure's own cause; the group around it is noise.
                 raise failure from failure.__cause__
             raise
+
+    async def _fetch_parts(
+        self, transfer: _Transfer, first: Response | None, first_end: int
+    ) -> None:
+        """Fetch a multi-part object: the open first response, then the rest in parallel."""
+        config = self.config
+        # Bounds this download's part tasks; the shared budget is taken per request.
+        window = asyncio.Semaphore(config.max_concurrency)
+        try:
+            async with asyncio.TaskGroup() as tasks:
+                offset = 0
+                if first is not None:
+                    await window.acquire()
+                    part = _Part(0, first_end)
+                    tasks.create_task(self._run_part(transfer, part, first, window))
+                    first = None  # the task owns it now
+                    offset = first_end
+                for byte_range in plan_ranges(transfer.size, config.chunk_size, offset):
+                    await window.acquire()
+                    part = _Part(byte_range.start, byte_range.end)
+                    tasks.create_task(self._run_part(transfer, part, None, window))
+        finally:
+            if first is not None:
+                first.close()
 
     async def _run_part(
         self,

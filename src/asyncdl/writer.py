@@ -38,14 +38,29 @@ def is_temp_file(name: str) -> bool:
 class TempFile:
     """A preallocated temp file next to ``target``; :meth:`commit` or :meth:`discard` it."""
 
-    def __init__(self, target: Path, path: Path, fd: int, fsync: bool) -> None:
+    def __init__(self, target: Path, path: Path, fd: int, fsync: bool, size: int = 0) -> None:
         self.target = target
         self.path = path
         self._fd = fd
         self._fsync = fsync
+        self._size = size
         self._lock = threading.Lock()
         self._pending = 0
         self._closed = False
+        #: A deferred file's whole content, held until commit writes it in one go.
+        self._whole: bytes | None = None
+
+    @classmethod
+    def deferred(cls, target: Path, size: int, *, fsync: bool = False) -> TempFile:
+        """A temp file that exists only once needed: if its one write holds every byte,
+        :meth:`commit` creates, writes, closes and renames it in a single executor hop.
+        Any other write pattern (a retry resuming mid-body) creates it at that point.
+        For one sequential writer only: concurrent parts need :meth:`create`."""
+        return cls(target, temp_path_for(target), -1, fsync, size)
+
+    @property
+    def _created(self) -> bool:
+        return self._fd >= 0 or self._closed
 
     @classmethod
     async def create(cls, target: Path, size: int, *, fsync: bool = False) -> TempFile:
@@ -68,10 +83,23 @@ class TempFile:
             os.close(fd)
             os.unlink(path)
             raise
-        return cls(target, path, fd, fsync)
+        return cls(target, path, fd, fsync, size)
 
     async def write(self, offset: int, data: bytes) -> None:
+        if not self._created:
+            if offset == 0 and len(data) == self._size and self._whole is None:
+                self._whole = data
+                return
+            await self._materialize()
         await _write(self, offset, data)
+
+    async def _materialize(self) -> None:
+        created = await _create(self.target, self._size, self._fsync)
+        self.path, self._fd = created.path, created._fd
+        created._fd, created._closed = -1, True  # ownership moved here
+        if self._whole is not None:
+            whole, self._whole = self._whole, None
+            await _write(self, 0, whole)
 
     def _write_sync(self, offset: int, data: bytes) -> None:
         with self._lock:
@@ -93,7 +121,33 @@ class TempFile:
 
     async def commit(self) -> None:
         """Make the temp file the target, atomically. On failure the temp file is gone."""
+        if not self._created:
+            await _publish(self)
+            return
         await _commit(self)
+
+    def _publish_sync(self) -> None:
+        """Create, write, close and rename a deferred file in one go."""
+        data = self._whole if self._whole is not None else b""
+        if len(data) != self._size:
+            raise RuntimeError(f"commit of {len(data)} bytes of a {self._size}-byte file")
+        fd = os.open(self.path, _FLAGS, 0o666)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            if self._fsync:
+                os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            os.unlink(self.path)
+            raise
+        os.close(fd)
+        try:
+            os.replace(self.path, self.target)
+        except BaseException:
+            os.unlink(self.path)
+            raise
 
     def _commit_sync(self) -> None:
         with self._lock:
@@ -112,6 +166,10 @@ class TempFile:
 
     def discard(self) -> None:
         """Remove the temp file. Synchronous, so it runs even in a cancelled task."""
+        if not self._created:
+            self._whole = None
+            self._closed = True
+            return
         with self._lock:
             if self._closed:
                 return
@@ -148,3 +206,4 @@ def _preallocate(fd: int, size: int) -> None:
 _create = wrap(TempFile._create_sync)
 _write = wrap(TempFile._write_sync)
 _commit = wrap(TempFile._commit_sync)
+_publish = wrap(TempFile._publish_sync)
