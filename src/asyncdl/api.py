@@ -23,6 +23,7 @@ async def download(
     extra_args: Mapping[str, str] | None = None,
     size: int | None = None,
     etag: str | None = None,
+    timeout: float | None = None,
 ) -> DownloadResult:
     """Download ``s3://bucket/key`` to ``path`` and return what was written.
 
@@ -31,5 +32,12 @@ async def download(
     """
     async with Engine(client, config=config) as engine:
         return await engine.download(
-            bucket, key, path, strategy=strategy, extra_args=extra_args, size=size, etag=etag
+            bucket,
+            key,
+            path,
+            strategy=strategy,
+            extra_args=extra_args,
+            size=size,
+            etag=etag,
+            timeout=timeout,
         )

@@ -68,6 +68,7 @@ async def download_many(
     *,
     strategy: str | Strategy,
     extra_args: Mapping[str, str] | None,
+    timeout: float | None = None,
 ) -> AsyncGenerator[DownloadResult]:
     """See :meth:`Engine.download_many`. Items may also be ready-made (failed) results."""
     limit = engine.config.max_concurrency
@@ -86,7 +87,9 @@ async def download_many(
                     yield item
                     continue
                 request = as_request(item)
-                running.add(asyncio.create_task(_one(engine, request, strategy, extra_args)))
+                running.add(
+                    asyncio.create_task(_one(engine, request, strategy, extra_args, timeout))
+                )
             if not running:
                 return
             done, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
@@ -105,6 +108,7 @@ async def _one(
     request: DownloadRequest,
     strategy: str | Strategy,
     extra_args: Mapping[str, str] | None,
+    timeout: float | None,
 ) -> DownloadResult:
     try:
         return await engine.download(
@@ -115,6 +119,7 @@ async def _one(
             extra_args=request.extra_args if request.extra_args is not None else extra_args,
             size=request.size,
             etag=request.etag,
+            timeout=timeout,
         )
     except DownloadError as error:
         return failed(request.bucket, request.key, request.path, error, strategy)
@@ -151,13 +156,17 @@ async def download_prefix(
     *,
     strategy: str | Strategy,
     extra_args: Mapping[str, str] | None,
+    timeout: float | None = None,
 ) -> AsyncGenerator[DownloadResult]:
     """See :meth:`Engine.download_prefix`."""
     root = _check_dest_dir(dest_dir, bucket=bucket, prefix=prefix)
     listing = _list_requests(
         engine, bucket=bucket, prefix=prefix, root=root, strategy=strategy, extra_args=extra_args
     )
-    async for result in download_many(engine, listing, strategy=strategy, extra_args=extra_args):
+    results = download_many(
+        engine, listing, strategy=strategy, extra_args=extra_args, timeout=timeout
+    )
+    async for result in results:
         yield result
 
 

@@ -56,7 +56,7 @@ class TransferConfig:
         _check_seconds("read_timeout", self.read_timeout)
         _check_seconds("connect_timeout", self.connect_timeout)
         _check_seconds("backoff_max", self.backoff_max)
-        if not _finite(self.backoff_base) or self.backoff_base < 0:
+        if not finite(self.backoff_base) or self.backoff_base < 0:
             raise ValueError(f"backoff_base must be a number >= 0, got {self.backoff_base!r}")
         for name in ("fsync", "lean_get"):
             if not isinstance(getattr(self, name), bool):
@@ -72,9 +72,9 @@ def _check_int(name: str, value: object, low: int, high: int) -> None:
 
 
 def _check_seconds(name: str, value: object) -> None:
-    if not _finite(value) or value <= 0:  # type: ignore[operator]
+    if not finite(value) or value <= 0:  # type: ignore[operator]
         raise ValueError(f"{name} must be a number of seconds > 0, got {value!r}")
 
 
-def _finite(value: object) -> bool:
+def finite(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)

@@ -21,10 +21,12 @@ from typing import Any, Self
 from . import bulk
 from .bulk import DownloadItem
 from .clients import create_default_client
-from .config import TransferConfig
+from .config import TransferConfig, finite
 from .errors import (
+    DownloadError,
     InvalidRequestError,
     ObjectChangedError,
+    RetryableError,
     is_retryable,
     translate,
 )
@@ -122,8 +124,13 @@ class Engine:
         extra_args: Mapping[str, str] | None = None,
         size: int | None = None,
         etag: str | None = None,
+        timeout: float | None = None,
     ) -> DownloadResult:
         """Download ``s3://bucket/key`` to ``path``.
+
+        ``timeout`` bounds the whole download, in seconds (retries and backoff
+        included); when it runs out the download is cancelled and cleaned up and a
+        ``DownloadError`` says so.
 
         ``size`` and ``etag``, when both known (from a listing, say), replace the
         discovery request: every GET is pinned from the first byte. The target is
@@ -148,12 +155,21 @@ class Engine:
             chosen = resolve_strategy(strategy, client)
         except ValueError as exc:
             raise InvalidRequestError(str(exc), bucket=bucket, key=key) from None
+        if timeout is not None and (not finite(timeout) or timeout <= 0):
+            raise InvalidRequestError(
+                f"timeout must be a number of seconds > 0, got {timeout!r}", bucket=bucket, key=key
+            )
         obj = S3Object(client, self._semaphore, bucket, key, args, signed=self._signed)
+        deadline = asyncio.timeout(timeout)
         try:
-            discovery = await self._discover(obj, chosen, size, etag)
-            await self._fetch(obj, discovery, target)
+            async with deadline:
+                discovery = await self._discover(obj, chosen, size, etag)
+                await self._fetch(obj, discovery, target)
         except Exception as exc:
-            error = translate(exc, bucket=bucket, key=key)
+            if isinstance(exc, TimeoutError) and deadline.expired():
+                error = DownloadError(f"did not finish within {timeout:g}s", bucket=bucket, key=key)
+            else:
+                error = translate(exc, bucket=bucket, key=key)
             error.requests = obj.requests
             if error is exc:
                 raise
@@ -174,6 +190,7 @@ class Engine:
         *,
         strategy: str | Strategy = "auto",
         extra_args: Mapping[str, str] | None = None,
+        timeout: float | None = None,
     ) -> AsyncGenerator[DownloadResult]:
         """Download every item; yield one result per item, in completion order.
 
@@ -184,7 +201,9 @@ class Engine:
         Leaving the loop early cancels what is in flight and removes its temp files
         (at once with ``contextlib.aclosing``, else when the iterator is collected).
         """
-        return bulk.download_many(self, items, strategy=strategy, extra_args=extra_args)
+        return bulk.download_many(
+            self, items, strategy=strategy, extra_args=extra_args, timeout=timeout
+        )
 
     def download_prefix(
         self,
@@ -194,6 +213,7 @@ class Engine:
         *,
         strategy: str | Strategy = "auto",
         extra_args: Mapping[str, str] | None = None,
+        timeout: float | None = None,
     ) -> AsyncGenerator[DownloadResult]:
         """Download every object under ``s3://bucket/prefix`` into ``dest_dir``.
 
@@ -203,7 +223,13 @@ class Engine:
         as that item's error; folder markers (``.../`` of size 0) are skipped.
         """
         return bulk.download_prefix(
-            self, bucket, prefix, dest_dir, strategy=strategy, extra_args=extra_args
+            self,
+            bucket,
+            prefix,
+            dest_dir,
+            strategy=strategy,
+            extra_args=extra_args,
+            timeout=timeout,
         )
 
     async def _discover(
@@ -395,8 +421,18 @@ class Engine:
             pending.clear()
             pending_size = 0
 
+        read_timeout = self.config.read_timeout
         try:
-            while chunk := await response.body.read(write_size):
+            while True:
+                # Each read is bounded, whatever the client's own timeouts (a borrowed
+                # client may have none): a stalled stream is dropped and resumed.
+                try:
+                    async with asyncio.timeout(read_timeout):
+                        chunk = await response.body.read(write_size)
+                except TimeoutError:
+                    raise RetryableError(f"no bytes for {read_timeout:g}s") from None
+                if not chunk:
+                    break
                 if part.pos + pending_size + len(chunk) > limit:
                     raise obj.error("server sent more bytes than it announced")
                 pending.append(chunk)

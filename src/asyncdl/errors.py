@@ -68,7 +68,10 @@ _RETRYABLE_STATUS = frozenset({500, 502, 503, 504})
 
 # Errors of the transport: the request or its body did not make it through.
 _TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (
-    botocore_errors.HTTPClientError,  # connection closed/reset, read timeout, proxy errors
+    botocore_errors.HTTPClientError,  # connection closed/reset, read timeout
+    botocore_errors.EndpointConnectionError,  # refused, unreachable
+    botocore_errors.ConnectTimeoutError,
+    botocore_errors.ProxyConnectionError,
     botocore_errors.ResponseStreamingError,
     botocore_errors.IncompleteReadError,
     aiohttp.ClientPayloadError,
@@ -88,6 +91,8 @@ def client_error_status(exc: botocore_errors.ClientError) -> tuple[int, str]:
 
 def is_retryable(exc: BaseException) -> bool:
     """Whether another attempt of the same request may succeed."""
+    if isinstance(exc, botocore_errors.SSLError):
+        return False  # a certificate problem does not heal by itself
     if isinstance(exc, (RetryableError, *_TRANSPORT_ERRORS)):
         return True
     if isinstance(exc, botocore_errors.ClientError):

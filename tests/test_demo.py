@@ -1,0 +1,50 @@
+"""The README's main job runs, and Ctrl-C ends it cleanly."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from asyncdl.writer import is_temp_file
+
+
+def run_demo(dest: Path, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "asyncdl.demo", "--dest", str(dest), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_demo_prints_the_table(tmp_path: Path) -> None:
+    demo = run_demo(tmp_path, "--objects", "50", "--large-size", str(3 * 2**20), "--rtt-ms", "1")
+    out, err = demo.communicate(timeout=120)
+    assert demo.returncode == 0, err
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if "-first " in line}
+    # strategy, objects, MiB, requests, at proxy, req/small obj, seconds
+    assert rows["get-first"][1] == rows["head-first"][1] == "51"
+    assert rows["get-first"][5] == "1.00"
+    assert rows["head-first"][5] == "2.00"
+    assert rows["get-first"][3] == rows["get-first"][4]  # asyncdl's count = the proxy's
+    assert os.listdir(tmp_path) == []
+
+
+def test_ctrl_c_exits_130_without_traceback_or_temp_files(tmp_path: Path) -> None:
+    demo = run_demo(tmp_path, "--objects", "400", "--rtt-ms", "20", "--concurrency", "8")
+    assert demo.stdout is not None
+    deadline = time.monotonic() + 90
+    for line in demo.stdout:  # wait until the downloads have begun
+        if line.startswith("seeded") or time.monotonic() > deadline:
+            break
+    time.sleep(1.0)
+    demo.send_signal(signal.SIGINT)
+    _, err = demo.communicate(timeout=60)
+    assert demo.returncode == 130
+    assert "Traceback" not in err
+    leftovers = [p for p in tmp_path.rglob("*") if is_temp_file(p.name)]
+    assert leftovers == []
