@@ -30,3 +30,20 @@ def demo(session: nox.Session) -> None:
     """The main job: embedded moto, 1000 x 1 KiB + 64 MiB, both strategies, one table."""
     session.install("-e", ".[demo]")
     session.run("python", "-m", "asyncdl.demo", *session.posargs)
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """The batch benchmark against the peers; not run by default (see benchmarks/README.md)."""
+    session.install("-e", ".[demo]", "boto3", "s3transfer", "obstore", "aiofiles")
+    session.run("python", "benchmarks/batch.py", *session.posargs)
+
+
+@nox.session
+def stress(session: nox.Session) -> None:
+    """The fault-injection module 20 times in a row (retries, stalls, cancellation)."""
+    session.install("-e", ".[tests]")
+    runs = int(session.posargs[0]) if session.posargs else 20
+    for run in range(1, runs + 1):
+        session.log(f"fault run {run} of {runs}")
+        session.run("pytest", "-q", "-p", "no:cacheprovider", "tests/test_faults.py")
