@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import errno
 import gc
 import logging
@@ -231,11 +232,11 @@ async def test_cancellation_at_random_points(
             task = asyncio.create_task(engine.download(bucket, "k", target))
             await asyncio.sleep(chance.uniform(0, 0.12))
             task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await task
-            except asyncio.CancelledError:
-                assert not target.exists()
-            else:
+            # A cancel that lands during the final rename may let it finish: the target
+            # is then whole. It is never partial.
+            if target.exists():
                 assert target.read_bytes() == data
                 target.unlink()
             assert temp_files(tmp_path) == []

@@ -275,14 +275,14 @@ class Engine:
         whole_in_first = first is not None and discovery.first_end == size
         one_plain_get = first is None and not discovery.complete and size <= config.chunk_size
         try:
-            if (whole_in_first or one_plain_get or discovery.complete) and (
-                size <= config.write_size
+            # Held before any await, so a cancelled create is still cleaned up.
+            temp = TempFile(target, size, fsync=config.fsync)
+            if not (whole_in_first or one_plain_get or discovery.complete) or (
+                size > config.write_size
             ):
-                # One sequential writer, small enough for one write: the file is
-                # created, written, closed and renamed in one executor hop, not three.
-                temp = TempFile.deferred(target, size, fsync=config.fsync)
-            else:
-                temp = await TempFile.create(target, size, fsync=config.fsync)
+                await temp.open()
+            # Otherwise one sequential writer, small enough for one write: the file is
+            # created, written, closed and renamed in one executor hop, not three.
             transfer = _Transfer(obj, temp, etag, size)
             if whole_in_first:
                 response, first = first, None

@@ -5,14 +5,17 @@ The file is created exclusively next to the target (same file system, so
 up before the first byte is fetched, and written with positional writes so parts
 land in any order. Blocking calls run in aiofiles' executor.
 
-Cancellation can leave a write running in its executor thread after the awaiting
-task is gone. Closing the descriptor under it could let the number be reused by
-another open file and the late write land there, so :meth:`TempFile.discard`
-leaves the close and unlink to whichever write finishes last.
+Cancellation can leave an executor call running after the awaiting task is gone:
+a create that has not yet returned its descriptor, or a write. Closing a
+descriptor under a write could let its number be reused by another open file and
+the late write land there; a create nobody waits for would leave its file behind.
+So every executor call counts itself in, and :meth:`TempFile.discard` leaves the
+close and unlink to whichever call finishes last.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import errno
 import os
@@ -22,8 +25,11 @@ from pathlib import Path
 
 from aiofiles.os import wrap
 
+from .checksums import sha_of
+
 _TEMP_SUFFIX = ".asyncdl-tmp"
-_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+_FLAGS = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+_READ_SIZE = 1024 * 1024
 
 
 def temp_path_for(target: Path) -> Path:
@@ -35,77 +41,88 @@ def is_temp_file(name: str) -> bool:
     return name.startswith(".") and name.endswith(_TEMP_SUFFIX)
 
 
-class TempFile:
-    """A preallocated temp file next to ``target``; :meth:`commit` or :meth:`discard` it."""
+class _Discarded(Exception):
+    pass
 
-    def __init__(self, target: Path, path: Path, fd: int, fsync: bool, size: int = 0) -> None:
+
+class TempFile:
+    """A temp file next to ``target`` for an object of ``size`` bytes.
+
+    Construct it (no I/O), keep the reference, then :meth:`open` it, or let a
+    small one stay deferred: if its one write holds every byte, :meth:`commit`
+    creates, writes, closes and renames it in a single executor hop. Any other
+    write opens it then. Either way :meth:`commit` or :meth:`discard` it.
+    """
+
+    def __init__(self, target: Path, size: int, *, fsync: bool = False) -> None:
         self.target = target
-        self.path = path
-        self._fd = fd
+        self.size = size
+        self.path = temp_path_for(target)
         self._fsync = fsync
-        self._size = size
+        self._fd = -1
         self._lock = threading.Lock()
         self._pending = 0
         self._closed = False
         #: A deferred file's whole content, held until commit writes it in one go.
         self._whole: bytes | None = None
 
-    @classmethod
-    def deferred(cls, target: Path, size: int, *, fsync: bool = False) -> TempFile:
-        """A temp file that exists only once needed: if its one write holds every byte,
-        :meth:`commit` creates, writes, closes and renames it in a single executor hop.
-        Any other write pattern (a retry resuming mid-body) creates it at that point.
-        For one sequential writer only: concurrent parts need :meth:`create`."""
-        return cls(target, temp_path_for(target), -1, fsync, size)
-
     @property
-    def _created(self) -> bool:
-        return self._fd >= 0 or self._closed
+    def opened(self) -> bool:
+        return self._fd >= 0
 
-    @classmethod
-    async def create(cls, target: Path, size: int, *, fsync: bool = False) -> TempFile:
-        return await _create(target, size, fsync)
-
-    @classmethod
-    def _create_sync(cls, target: Path, size: int, fsync: bool) -> TempFile:
-        for _ in range(8):
-            path = temp_path_for(target)
-            try:
-                fd = os.open(path, _FLAGS, 0o666)
-            except FileExistsError:
-                continue
-            break
-        else:
-            raise FileExistsError(errno.EEXIST, "could not create a unique temp file", str(target))
-        try:
-            _preallocate(fd, size)
-        except BaseException:
-            os.close(fd)
-            os.unlink(path)
-            raise
-        return cls(target, path, fd, fsync, size)
-
-    async def write(self, offset: int, data: bytes) -> None:
-        if not self._created:
-            if offset == 0 and len(data) == self._size and self._whole is None:
-                self._whole = data
-                return
-            await self._materialize()
-        await _write(self, offset, data)
-
-    async def _materialize(self) -> None:
-        created = await _create(self.target, self._size, self._fsync)
-        self.path, self._fd = created.path, created._fd
-        created._fd, created._closed = -1, True  # ownership moved here
-        if self._whole is not None:
-            whole, self._whole = self._whole, None
-            await _write(self, 0, whole)
-
-    def _write_sync(self, offset: int, data: bytes) -> None:
+    # -- executor calls, each counted in and out --------------------------------
+    def _enter(self) -> None:
         with self._lock:
             if self._closed:
-                raise OSError(errno.EBADF, "temp file already discarded", str(self.path))
+                raise _Discarded
             self._pending += 1
+
+    def _leave(self) -> None:
+        with self._lock:
+            self._pending -= 1
+            last_after_discard = self._closed and self._pending == 0
+        if last_after_discard:
+            self._remove()
+
+    async def open(self) -> None:
+        """Create and preallocate the file."""
+        await _open(self)
+
+    def _open_sync(self) -> None:
+        self._enter()
+        try:
+            for _ in range(8):
+                try:
+                    fd = os.open(self.path, _FLAGS, 0o666)
+                except FileExistsError:
+                    self.path = temp_path_for(self.target)
+                    continue
+                break
+            else:
+                raise FileExistsError(errno.EEXIST, "no unique temp file name", str(self.target))
+            try:
+                _preallocate(fd, self.size)
+            except BaseException:
+                os.close(fd)
+                os.unlink(self.path)
+                raise
+            self._fd = fd
+        finally:
+            self._leave()
+
+    async def write(self, offset: int, data: bytes) -> None:
+        if not self.opened:
+            if offset == 0 and len(data) == self.size and self._whole is None:
+                self._whole = data
+                return
+            await self.open()
+            if self._whole is not None:
+                whole, self._whole = self._whole, None
+                await _write(self, 0, whole)
+        await _write(self, offset, data)
+
+    def _write_sync(self, offset: int, data: bytes) -> None:
+        self._enter()
         try:
             view = memoryview(data)
             while view:
@@ -113,41 +130,32 @@ class TempFile:
                 view = view[written:]
                 offset += written
         finally:
-            with self._lock:
-                self._pending -= 1
-                last_after_discard = self._closed and self._pending == 0
-            if last_after_discard:
-                self._remove()
+            self._leave()
+
+    async def digest(self, algorithm: str) -> str:
+        """SHA1/SHA256 of what was written, base64, as S3 writes it."""
+        if not self.opened:
+            return _b64(sha_of(algorithm, self._whole or b"").digest())
+        return await _digest(self, algorithm)
+
+    def _digest_sync(self, algorithm: str) -> str:
+        self._enter()
+        try:
+            hasher = sha_of(algorithm)
+            offset = 0
+            while offset < self.size:
+                block = os.pread(self._fd, min(_READ_SIZE, self.size - offset), offset)
+                if not block:
+                    break
+                hasher.update(block)
+                offset += len(block)
+            return _b64(hasher.digest())
+        finally:
+            self._leave()
 
     async def commit(self) -> None:
         """Make the temp file the target, atomically. On failure the temp file is gone."""
-        if not self._created:
-            await _publish(self)
-            return
-        await _commit(self)
-
-    def _publish_sync(self) -> None:
-        """Create, write, close and rename a deferred file in one go."""
-        data = self._whole if self._whole is not None else b""
-        if len(data) != self._size:
-            raise RuntimeError(f"commit of {len(data)} bytes of a {self._size}-byte file")
-        fd = os.open(self.path, _FLAGS, 0o666)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            if self._fsync:
-                os.fsync(fd)
-        except BaseException:
-            os.close(fd)
-            os.unlink(self.path)
-            raise
-        os.close(fd)
-        try:
-            os.replace(self.path, self.target)
-        except BaseException:
-            os.unlink(self.path)
-            raise
+        await (_commit(self) if self.opened else _publish(self))
 
     def _commit_sync(self) -> None:
         with self._lock:
@@ -164,16 +172,38 @@ class TempFile:
             self._remove()
             raise
 
+    def _publish_sync(self) -> None:
+        """Create, write, close and rename a deferred file in one go."""
+        data = self._whole if self._whole is not None else b""
+        if len(data) != self.size:
+            raise RuntimeError(f"commit of {len(data)} bytes of a {self.size}-byte file")
+        self._enter()  # outside the try: a discarded file is never published
+        try:
+            fd = os.open(self.path, _FLAGS, 0o666)
+            self._fd = fd
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            if self._fsync:
+                os.fsync(fd)
+            os.close(fd)
+            self._fd = -1
+            os.replace(self.path, self.target)
+        except BaseException:
+            self._remove()
+            raise
+        finally:
+            with self._lock:
+                self._pending -= 1
+                self._closed = True
+
     def discard(self) -> None:
         """Remove the temp file. Synchronous, so it runs even in a cancelled task."""
-        if not self._created:
-            self._whole = None
-            self._closed = True
-            return
         with self._lock:
             if self._closed:
                 return
             self._closed = True
+            self._whole = None
             busy = self._pending > 0
         if not busy:
             self._remove()
@@ -186,6 +216,10 @@ class TempFile:
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.path)
+
+
+def _b64(digest: bytes) -> str:
+    return base64.b64encode(digest).decode("ascii")
 
 
 def _preallocate(fd: int, size: int) -> None:
@@ -203,7 +237,8 @@ def _preallocate(fd: int, size: int) -> None:
         os.ftruncate(fd, size)
 
 
-_create = wrap(TempFile._create_sync)
+_open = wrap(TempFile._open_sync)
 _write = wrap(TempFile._write_sync)
+_digest = wrap(TempFile._digest_sync)
 _commit = wrap(TempFile._commit_sync)
 _publish = wrap(TempFile._publish_sync)

@@ -1,0 +1,140 @@
+"""S3 checksums: what a response promises, and computing what the bytes say.
+
+S3 keeps one checksum per object, of one of five algorithms. Of a FULL_OBJECT
+checksum, the CRCs (CRC32, CRC32C, CRC64NVME) combine: each part's CRC is
+computed while it streams and the parts are folded together in object order with
+CRC combine math (awscrt, in C), so a parallel download is verified without a
+second pass over the file. SHA1 and SHA256 do not combine: the finished file is
+hashed once. A COMPOSITE checksum (``...-N``) is a checksum of the upload's part
+checksums; it cannot be checked without the upload's part boundaries.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from awscrt import checksums as crt
+
+#: Preference order when a response carries more than one.
+ALGORITHMS = ("CRC64NVME", "CRC32C", "CRC32", "SHA256", "SHA1")
+CRC_ALGORITHMS = frozenset({"CRC64NVME", "CRC32C", "CRC32"})
+
+_CRC: dict[str, tuple[Callable[[bytes, int], int], Callable[[int, int, int], int], int]] = {
+    "CRC32": (crt.crc32, crt.combine_crc32, 4),
+    "CRC32C": (crt.crc32c, crt.combine_crc32c, 4),
+    "CRC64NVME": (crt.crc64nvme, crt.combine_crc64nvme, 8),
+}
+_SHA = {"SHA1": "sha1", "SHA256": "sha256"}
+_COMPOSITE = re.compile(r"(.+)-(\d+)")
+
+
+@dataclass(frozen=True, slots=True)
+class ExpectedChecksum:
+    """A checksum S3 (or the caller) says the object has."""
+
+    algorithm: str
+    #: Base64, as S3 sends it, without a composite ``-N`` suffix.
+    value: str
+    #: The number of upload parts of a COMPOSITE checksum; ``None`` for FULL_OBJECT.
+    parts: int | None = None
+
+    def __str__(self) -> str:
+        suffix = f"-{self.parts}" if self.parts is not None else ""
+        return f"{self.algorithm}:{self.value}{suffix}"
+
+    @property
+    def composite(self) -> bool:
+        return self.parts is not None
+
+
+def parse_checksum(text: str) -> ExpectedChecksum:
+    """Parse a caller-supplied ``"ALGORITHM:base64"`` (a ``-N`` suffix marks COMPOSITE)."""
+    algorithm, sep, value = text.partition(":")
+    algorithm = algorithm.strip().upper()
+    if not sep or algorithm not in ALGORITHMS:
+        raise ValueError(f"checksum must look like 'CRC64NVME:base64', one of {ALGORITHMS}")
+    return _make(algorithm, value.strip(), None)
+
+
+def from_headers(headers: Mapping[str, str], etag: str | None) -> ExpectedChecksum | None:
+    """The checksum of a whole-object response's (lower-cased) HTTP headers."""
+    for algorithm in ALGORITHMS:
+        value = headers.get(f"x-amz-checksum-{algorithm.lower()}")
+        if value:
+            return _make(algorithm, value, headers.get("x-amz-checksum-type"), etag)
+    return None
+
+
+def from_botocore(response: Mapping[str, Any], etag: str | None) -> ExpectedChecksum | None:
+    """The checksum of a parsed botocore HEAD/GET response (``ChecksumCRC32``...)."""
+    for algorithm in ALGORITHMS:
+        value = response.get(f"Checksum{algorithm}")
+        if value:
+            return _make(algorithm, value, response.get("ChecksumType"), etag)
+    return None
+
+
+def _make(
+    algorithm: str, value: str, checksum_type: str | None, etag: str | None = None
+) -> ExpectedChecksum:
+    match = _COMPOSITE.fullmatch(value)
+    if match is not None:
+        return ExpectedChecksum(algorithm, match[1], int(match[2]))
+    if checksum_type is None and etag is not None and _COMPOSITE.fullmatch(etag.strip('"')):
+        # A multipart object whose checksum type went unsaid (moto's HEAD omits it):
+        # its checksum may be COMPOSITE, so it must not be checked as FULL_OBJECT.
+        parts = int(etag.strip('"').rsplit("-", 1)[1])
+        return ExpectedChecksum(algorithm, value, parts)
+    if checksum_type == "COMPOSITE":
+        return ExpectedChecksum(algorithm, value, 0)
+    try:
+        base64.b64decode(value, validate=True)
+    except binascii.Error:
+        raise ValueError(f"{algorithm} checksum {value!r} is not base64") from None
+    return ExpectedChecksum(algorithm, value)
+
+
+def crc_function(algorithm: str) -> Callable[[bytes, int], int]:
+    return _CRC[algorithm][0]
+
+
+def encode_crc(algorithm: str, crc: int) -> str:
+    return base64.b64encode(crc.to_bytes(_CRC[algorithm][2], "big")).decode("ascii")
+
+
+def sha_of(algorithm: str, data: bytes = b"") -> Any:
+    return hashlib.new(_SHA[algorithm], data)
+
+
+class CrcCombiner:
+    """Folds part CRCs into the whole object's, in object order, as parts finish.
+
+    Only parts that finish ahead of a gap wait here, so memory stays bounded by the
+    number of parts in flight, however many parts the object has.
+    """
+
+    def __init__(self, algorithm: str) -> None:
+        self.algorithm = algorithm
+        self._combine = _CRC[algorithm][1]
+        self._crc = 0
+        self._next = 0
+        self._waiting: dict[int, tuple[int, int]] = {}
+
+    def add(self, start: int, end: int, crc: int) -> None:
+        self._waiting[start] = (end, crc)
+        while self._next in self._waiting:
+            end, crc = self._waiting.pop(self._next)
+            self._crc = crc if self._next == 0 else self._combine(self._crc, crc, end - self._next)
+            self._next = end
+
+    def value(self, size: int) -> str | None:
+        """The whole object's checksum, base64, once every byte up to ``size`` is in."""
+        if self._next != size or self._waiting:
+            return None
+        return encode_crc(self.algorithm, self._crc)
