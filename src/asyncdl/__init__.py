@@ -6,6 +6,7 @@ from .config import TransferConfig
 from .engine import Engine
 from .errors import (
     AccessDeniedError,
+    ChecksumError,
     DownloadError,
     InvalidRequestError,
     ObjectChangedError,
@@ -16,6 +17,7 @@ from .strategies import GetFirst, HeadFirst, Strategy
 
 __all__ = [
     "AccessDeniedError",
+    "ChecksumError",
     "DownloadError",
     "DownloadRequest",
     "DownloadResult",

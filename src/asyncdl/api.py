@@ -24,6 +24,7 @@ async def download(
     size: int | None = None,
     etag: str | None = None,
     timeout: float | None = None,
+    checksum: str | None = None,
 ) -> DownloadResult:
     """Download ``s3://bucket/key`` to ``path`` and return what was written.
 
@@ -40,4 +41,5 @@ async def download(
             size=size,
             etag=etag,
             timeout=timeout,
+            checksum=checksum,
         )

@@ -33,12 +33,15 @@ class DownloadRequest:
     size: int | None = None
     etag: str | None = None
     extra_args: Mapping[str, str] | None = field(default=None)
+    #: S3's checksum, ``"ALGORITHM:base64"``, when known.
+    checksum: str | None = None
 
     def __repr__(self) -> str:
         args = redacted(self.extra_args) if self.extra_args else self.extra_args
         return (
             f"DownloadRequest(bucket={self.bucket!r}, key={self.key!r}, path={self.path!r}, "
-            f"size={self.size!r}, etag={self.etag!r}, extra_args={args!r})"
+            f"size={self.size!r}, etag={self.etag!r}, extra_args={args!r}, "
+            f"checksum={self.checksum!r})"
         )
 
 
@@ -120,6 +123,7 @@ async def _one(
             size=request.size,
             etag=request.etag,
             timeout=timeout,
+            checksum=request.checksum,
         )
     except DownloadError as error:
         return failed(request.bucket, request.key, request.path, error, strategy)

@@ -47,6 +47,10 @@ class TransferConfig:
     #: Send GETs through asyncdl's lean signed path (botocore prepares one request per
     #: bucket; see ``asyncdl.signed_get``). False sends every GET with ``get_object``.
     lean_get: bool = True
+    #: Checksum policy: ``"when_available"`` (check every checksum the responses
+    #: carry, send nothing extra for one), ``"required"`` (fail unless verified), or
+    #: ``"off"``. See ``asyncdl.verify``.
+    validate: str = "when_available"
 
     def __post_init__(self) -> None:
         _check_int("chunk_size", self.chunk_size, MIN_CHUNK_SIZE, MAX_CHUNK_SIZE)
@@ -58,6 +62,10 @@ class TransferConfig:
         _check_seconds("backoff_max", self.backoff_max)
         if not finite(self.backoff_base) or self.backoff_base < 0:
             raise ValueError(f"backoff_base must be a number >= 0, got {self.backoff_base!r}")
+        if self.validate not in ("when_available", "required", "off"):
+            raise ValueError(
+                f"validate must be 'when_available', 'required' or 'off', got {self.validate!r}"
+            )
         for name in ("fsync", "lean_get"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")

@@ -20,9 +20,11 @@ from typing import Any, Self
 
 from . import bulk
 from .bulk import DownloadItem
+from .checksums import ExpectedChecksum, parse_checksum
 from .clients import create_default_client
 from .config import TransferConfig, finite
 from .errors import (
+    ChecksumError,
     DownloadError,
     InvalidRequestError,
     ObjectChangedError,
@@ -34,9 +36,10 @@ from .ranges import ByteRange, plan_ranges
 from .request_args import check_bucket_and_key, check_extra_args
 from .results import DownloadResult
 from .retry import backoff_delay, logger
-from .s3_source import Response, S3Object, normalize_etag
+from .s3_source import ObjectMeta, Response, S3Object, normalize_etag
 from .signed_get import SignedGets
 from .strategies import Discovery, Strategy, resolve_strategy
+from .verify import Verification, Verifier
 from .writer import TempFile
 
 
@@ -48,14 +51,22 @@ class _Transfer:
     temp: TempFile
     etag: str | None
     size: int
+    verifier: Verifier
 
 
 @dataclass(slots=True)
 class _Part:
-    """A byte range still to be written; ``pos`` advances as bytes reach the file."""
+    """A byte range still to be written; ``pos`` advances as bytes reach the file,
+    ``crc`` (when the download verifies a CRC) over ``[start, pos)``."""
 
-    pos: int
+    start: int
     end: int
+    pos: int = -1
+    crc: int = 0
+
+    def __post_init__(self) -> None:
+        if self.pos < 0:
+            self.pos = self.start
 
 
 class Engine:
@@ -96,7 +107,8 @@ class Engine:
         if self._owns_client:
             self._client = await create_default_client(self._stack, self.config)
         if self.config.lean_get:
-            self._signed = SignedGets.for_client(self._client)
+            verifies = self.config.validate != "off"
+            self._signed = SignedGets.for_client(self._client, verifies=verifies)
         self._open = True
 
     async def aclose(self) -> None:
@@ -125,8 +137,12 @@ class Engine:
         size: int | None = None,
         etag: str | None = None,
         timeout: float | None = None,
+        checksum: str | None = None,
     ) -> DownloadResult:
         """Download ``s3://bucket/key`` to ``path``.
+
+        ``checksum`` (``"CRC64NVME:base64..."``) is S3's checksum of the object when
+        the caller knows it; the bytes are checked against it per ``config.validate``.
 
         ``timeout`` bounds the whole download, in seconds (retries and backoff
         included); when it runs out the download is cancelled and cleaned up and a
@@ -159,12 +175,22 @@ class Engine:
             raise InvalidRequestError(
                 f"timeout must be a number of seconds > 0, got {timeout!r}", bucket=bucket, key=key
             )
-        obj = S3Object(client, self._semaphore, bucket, key, args, signed=self._signed)
+        expected = None
+        if checksum is not None:
+            try:
+                expected = parse_checksum(checksum)
+            except (ValueError, AttributeError) as exc:
+                raise InvalidRequestError(str(exc), bucket=bucket, key=key) from None
+        verifying = self.config.validate != "off"
+        obj = S3Object(
+            client, self._semaphore, bucket, key, args, signed=self._signed, checksum_mode=verifying
+        )
         deadline = asyncio.timeout(timeout)
         try:
             async with deadline:
-                discovery = await self._discover(obj, chosen, size, etag)
-                await self._fetch(obj, discovery, target)
+                discovery, verification = await self._download_verified(
+                    obj, strategy=chosen, target=target, size=size, etag=etag, expected=expected
+                )
         except Exception as exc:
             if isinstance(exc, TimeoutError) and deadline.expired():
                 error = DownloadError(f"did not finish within {timeout:g}s", bucket=bucket, key=key)
@@ -182,7 +208,40 @@ class Engine:
             etag=discovery.etag,
             strategy=chosen.name,
             requests=obj.requests,
+            checksum=verification.checksum,
+            verified=verification.verified,
+            unverified_reason=verification.reason,
         )
+
+    async def _download_verified(
+        self,
+        obj: S3Object,
+        *,
+        strategy: Strategy,
+        target: Path,
+        size: int | None,
+        etag: str | None,
+        expected: ExpectedChecksum | None,
+    ) -> tuple[Discovery, Verification]:
+        """Discover and fetch; after a checksum mismatch, one fresh attempt at most,
+        pinned to the same ETag (a mismatch is not retried blindly)."""
+        discovery = await self._discover(obj, strategy, size, etag, expected)
+        verifier = Verifier(self.config.validate, expected or discovery.checksum)
+        try:
+            return discovery, await self._fetch(obj, discovery, target, verifier)
+        except ChecksumError as exc:
+            if verifier.expected is None or discovery.etag is None or verifier.policy == "off":
+                raise
+            logger.info(
+                "checksum mismatch on s3://%s/%s; one fresh attempt at ETag %s: %s",
+                obj.bucket,
+                obj.key,
+                discovery.etag,
+                exc.message,
+            )
+        fresh = Discovery(size=discovery.size, etag=discovery.etag)
+        verifier = Verifier(self.config.validate, verifier.expected)
+        return fresh, await self._fetch(obj, fresh, target, verifier)
 
     def download_many(
         self,
@@ -233,10 +292,53 @@ class Engine:
         )
 
     async def _discover(
-        self, obj: S3Object, strategy: Strategy, size: int | None, etag: str | None
+        self,
+        obj: S3Object,
+        strategy: Strategy,
+        size: int | None,
+        etag: str | None,
+        expected: ExpectedChecksum | None,
     ) -> Discovery:
         if size is not None and etag is not None:
             return Discovery(size=size, etag=etag)
+        if (
+            self.config.validate != "required"
+            or expected is not None
+            or strategy.name != "get-first"
+        ):
+            return await self._discover_with_retries(obj, strategy, size, etag)
+        # validate="required" needs S3's checksum, which a ranged GET does not carry:
+        # ask a HEAD for it alongside the first GET, so latency stays one round trip.
+        discovery: Discovery | None = None
+        try:
+            async with asyncio.TaskGroup() as tasks:
+                head = tasks.create_task(self._head_with_retries(obj, etag))
+                discovery = await self._discover_with_retries(obj, strategy, size, etag)
+                if discovery.checksum is not None:
+                    head.cancel()
+        except BaseException as exc:
+            if discovery is not None and discovery.first is not None:
+                discovery.first.close()
+            if isinstance(exc, BaseExceptionGroup):
+                failure = _first_failure(exc)
+                raise failure from failure.__cause__
+            raise
+        if head.cancelled():
+            return discovery
+        meta = head.result()
+        if meta.etag is not None and discovery.etag is not None and meta.etag != discovery.etag:
+            if discovery.first is not None:
+                discovery.first.close()
+            raise obj.error(
+                f"ETag changed from {meta.etag} to {discovery.etag} during discovery",
+                ObjectChangedError,
+            )
+        discovery.checksum = meta.checksum
+        return discovery
+
+    async def _discover_with_retries(
+        self, obj: S3Object, strategy: Strategy, size: int | None, etag: str | None
+    ) -> Discovery:
         failures = 0
         while True:
             try:
@@ -245,6 +347,14 @@ class Engine:
                 )
             except Exception as exc:
                 failures = await self._after_failure(obj, exc, failures, "discovery")
+
+    async def _head_with_retries(self, obj: S3Object, etag: str | None) -> ObjectMeta:
+        failures = 0
+        while True:
+            try:
+                return await obj.head(if_match=etag)
+            except Exception as exc:
+                failures = await self._after_failure(obj, exc, failures, "the checksum HEAD")
 
     async def _after_failure(self, obj: S3Object, exc: Exception, failures: int, what: str) -> int:
         """Raise ``exc`` as a DownloadError unless it earns another attempt; then back off."""
@@ -265,8 +375,10 @@ class Engine:
         await asyncio.sleep(delay)
         return failures
 
-    async def _fetch(self, obj: S3Object, discovery: Discovery, target: Path) -> None:
-        """Write every byte of the object into a temp file, then publish it."""
+    async def _fetch(
+        self, obj: S3Object, discovery: Discovery, target: Path, verifier: Verifier
+    ) -> Verification:
+        """Write every byte of the object into a temp file, check it, then publish it."""
         config = self.config
         first, size, etag = discovery.first, discovery.size, discovery.etag
         temp: TempFile | None = None
@@ -283,7 +395,7 @@ class Engine:
                 await temp.open()
             # Otherwise one sequential writer, small enough for one write: the file is
             # created, written, closed and renamed in one executor hop, not three.
-            transfer = _Transfer(obj, temp, etag, size)
+            transfer = _Transfer(obj, temp, etag, size, verifier)
             if whole_in_first:
                 response, first = first, None
                 await self._fetch_part(transfer, _Part(0, size), response)
@@ -292,7 +404,9 @@ class Engine:
             elif not discovery.complete:
                 first, opened = None, first
                 await self._fetch_parts(transfer, opened, discovery.first_end)
+            verification = await verifier.finish(temp, bucket=obj.bucket, key=obj.key)
             await temp.commit()
+            return verification
         except BaseException as exc:
             if first is not None:
                 first.close()
@@ -350,6 +464,9 @@ class Engine:
             try:
                 if response is None:
                     response = await self._request_part(transfer, part, whole=whole)
+                if part.pos == 0 and part.end == transfer.size:
+                    # A whole-object answer carries S3's checksum: known before the body.
+                    transfer.verifier.adopt(response.checksum)
                 await self._drain(transfer, response, part)
             except Exception as exc:
                 failures = await self._after_failure(transfer.obj, exc, failures, "a part")
@@ -358,8 +475,11 @@ class Engine:
                     response.close()
                     response = None
             if part.pos >= part.end:
+                transfer.verifier.add_part(part.start, part.end, part.crc)
                 return
-            whole = False
+            # Until a byte is written, a retry asks for the whole object again (an
+            # empty object has no valid Range); after that it resumes with a range.
+            whole = whole and part.pos == 0
 
     async def _request_part(self, transfer: _Transfer, part: _Part, *, whole: bool) -> Response:
         obj, etag, size = transfer.obj, transfer.etag, transfer.size
@@ -413,10 +533,14 @@ class Engine:
         pending: list[bytes] = []
         pending_size = 0
 
+        crc = transfer.verifier.crc
+
         async def flush() -> None:
             nonlocal pending_size
             data = pending[0] if len(pending) == 1 else b"".join(pending)
             await temp.write(part.pos, data)
+            if crc is not None:
+                part.crc = crc(data, part.crc)
             part.pos += len(data)
             pending.clear()
             pending_size = 0

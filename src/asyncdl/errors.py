@@ -45,6 +45,11 @@ class ObjectChangedError(DownloadError):
     """The object changed while it was being downloaded (HTTP 412, or a new ETag)."""
 
 
+class ChecksumError(DownloadError):
+    """The bytes do not match S3's checksum, or ``validate="required"`` could not
+    verify them. The target is left untouched."""
+
+
 class RetryableError(Exception):
     """Internal: a failure worth another attempt (never escapes the engine)."""
 
@@ -129,6 +134,8 @@ def translate(exc: BaseException, *, bucket: str, key: str, attempts: int = 1) -
             "or a profile",
             **where,
         )
+    if isinstance(exc, botocore_errors.FlexibleChecksumError):
+        return ChecksumError(f"botocore's checksum check failed: {exc}", **where)
     if isinstance(exc, botocore_errors.ParamValidationError):
         return InvalidRequestError(f"invalid request parameters: {exc}", **where)
     if isinstance(exc, (RetryableError, *_TRANSPORT_ERRORS)):

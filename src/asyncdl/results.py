@@ -27,6 +27,12 @@ class DownloadResult:
     requests: int
     #: Why the download failed, in bulk downloads (``size`` is then 0); ``None`` on success.
     error: DownloadError | None = None
+    #: S3's checksum of the object, ``"ALGORITHM:base64"`` (``-N`` when COMPOSITE), if seen.
+    checksum: str | None = None
+    #: Whether every byte was checked against S3's checksum.
+    verified: bool = False
+    #: Why the object was not verified (``None`` when it was).
+    unverified_reason: str | None = None
 
     @property
     def ok(self) -> bool:

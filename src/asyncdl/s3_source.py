@@ -11,6 +11,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from .checksums import ExpectedChecksum, from_botocore, from_headers
 from .errors import DownloadError, ObjectChangedError, client_error_status
 from .ranges import ByteRange, ContentRange, parse_content_range
 from .signed_get import Fallback, GetTemplate, RawResponse, SignedGets
@@ -27,6 +28,7 @@ def normalize_etag(etag: str) -> str:
 class ObjectMeta:
     size: int
     etag: str | None
+    checksum: ExpectedChecksum | None = None
 
 
 class RangeNotSatisfiable(Exception):
@@ -41,7 +43,15 @@ class RangeNotSatisfiable(Exception):
 class Response:
     """An open GET response: its headers, its body, and the slot it holds until closed."""
 
-    __slots__ = ("_release", "body", "content_length", "content_range", "etag", "status")
+    __slots__ = (
+        "_release",
+        "body",
+        "checksum",
+        "content_length",
+        "content_range",
+        "etag",
+        "status",
+    )
 
     def __init__(
         self,
@@ -52,8 +62,12 @@ class Response:
         content_range: str | None,
         body: Any,
         release: Callable[[], None],
+        checksum: ExpectedChecksum | None = None,
     ) -> None:
         self._release: Callable[[], None] | None = release
+        #: S3's full-object checksum, from a whole-object answer only (a ranged
+        #: answer's checksum headers, when any, describe an upload part).
+        self.checksum = checksum if status == 200 and not content_range else None
         self.body = body
         self.status = status
         self.etag = etag
@@ -71,6 +85,7 @@ class Response:
             content_range=raw.get("ContentRange"),
             body=raw["Body"],
             release=release,
+            checksum=_checksum_or_none(from_botocore, raw, raw.get("ETag")),
         )
 
     @classmethod
@@ -83,6 +98,7 @@ class Response:
             content_range=headers.get("content-range"),
             body=raw.body,
             release=release,
+            checksum=_checksum_or_none(from_headers, headers, headers.get("etag")),
         )
 
     def close(self) -> None:
@@ -108,6 +124,7 @@ class S3Object:
         extra_args: Mapping[str, str],
         *,
         signed: SignedGets | None = None,
+        checksum_mode: bool = False,
     ) -> None:
         self._client = client
         self._semaphore = semaphore
@@ -116,6 +133,11 @@ class S3Object:
         self.bucket = bucket
         self.key = key
         self._params: dict[str, Any] = {"Bucket": bucket, "Key": key, **extra_args}
+        # HEADs and whole-object GETs ask for the stored checksum when the engine
+        # verifies; ranged GETs do not (S3 sends none for them).
+        self._whole_args: Mapping[str, str] = (
+            {**extra_args, "ChecksumMode": "ENABLED"} if checksum_mode else extra_args
+        )
         #: Requests sent, retries inside botocore included.
         self.requests = 0
 
@@ -126,7 +148,9 @@ class S3Object:
         self.requests += 1 + int((metadata or {}).get("RetryAttempts") or 0)
 
     async def head(self, *, if_match: str | None = None) -> ObjectMeta:
-        params = self._params if if_match is None else {**self._params, "IfMatch": if_match}
+        params = {**self._params, **self._whole_args}
+        if if_match is not None:
+            params["IfMatch"] = if_match
         async with self._semaphore:
             try:
                 raw = await self._client.head_object(**params)
@@ -137,13 +161,19 @@ class S3Object:
                 self.requests += 1
                 raise
         self._count(raw.get("ResponseMetadata"))
-        return ObjectMeta(size=int(raw["ContentLength"]), etag=raw.get("ETag"))
+        etag = raw.get("ETag")
+        return ObjectMeta(
+            size=int(raw["ContentLength"]),
+            etag=etag,
+            checksum=_checksum_or_none(from_botocore, raw, etag),
+        )
 
     async def get(self, byte_range: ByteRange | None, *, if_match: str | None) -> Response:
         """Send a GET; the returned response holds a concurrency slot until closed."""
         template = None
         if self._signed is not None:
-            template = await self._signed.template(self.bucket, self._extra_args)
+            args = self._whole_args if byte_range is None else self._extra_args
+            template = await self._signed.template(self.bucket, args)
         await self._semaphore.acquire()
         try:
             response = await self._send(template, byte_range, if_match)
@@ -186,9 +216,10 @@ class S3Object:
                 pass
             else:
                 return self._wrap(Response.from_raw, raw)
-        params = dict(self._params)
         if range_header is not None:
-            params["Range"] = range_header
+            params = {**self._params, "Range": range_header}
+        else:
+            params = {**self._params, **self._whole_args}
         if if_match is not None:
             params["IfMatch"] = if_match
         try:
@@ -209,3 +240,14 @@ class S3Object:
             body = raw["Body"] if isinstance(raw, Mapping) else raw.body
             body.close()
             raise self.error(f"server sent {exc}") from exc
+
+
+def _checksum_or_none(
+    parse: Callable[[Any, str | None], ExpectedChecksum | None], source: Any, etag: str | None
+) -> ExpectedChecksum | None:
+    # A malformed checksum header is the server's problem, not a reason to fail the
+    # download: it leaves the object unverified (and validate="required" says so).
+    try:
+        return parse(source, etag)
+    except ValueError:
+        return None

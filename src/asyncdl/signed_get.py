@@ -85,14 +85,15 @@ class SignedGets:
     """Per-client cache of templates, and the sender. ``None`` from :func:`for_client`
     when the client is not one this path can serve exactly."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Any, *, verifies: bool = True) -> None:
+        self.verifies = verifies
         self._client = client
         self._session: AIOHTTPSession = client._endpoint.http_session
         self._credentials: Any = client._request_signer._credentials
         self._templates: dict[tuple[str, tuple[tuple[str, str], ...]], asyncio.Future[Any]] = {}
 
     @classmethod
-    def for_client(cls, client: Any) -> SignedGets | None:
+    def for_client(cls, client: Any, *, verifies: bool = True) -> SignedGets | None:
         try:
             config = client.meta.config
             session = client._endpoint.http_session
@@ -103,11 +104,16 @@ class SignedGets:
             return None  # botocore would validate checksums on this path; keep it
         if not isinstance(session, AIOHTTPSession):
             return None
-        return cls(client)
+        return cls(client, verifies=verifies)
 
     async def template(self, bucket: str, extra_args: Mapping[str, str]) -> GetTemplate | None:
-        """The template for this bucket and these arguments (built once, shared)."""
-        if "ChecksumMode" in extra_args:
+        """The template for this bucket and these arguments (built once, shared).
+
+        With ``ChecksumMode`` botocore would check the body's checksum as it is read;
+        this path skips that, so only an engine that verifies checksums itself may
+        send it here (it does whenever its ``validate`` policy is not ``"off"``).
+        """
+        if "ChecksumMode" in extra_args and not self.verifies:
             return None
         cache_key = (bucket, tuple(sorted(extra_args.items())))
         future = self._templates.get(cache_key)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from .checksums import ExpectedChecksum
 from .errors import ObjectChangedError
 from .ranges import ByteRange
 from .s3_source import RangeNotSatisfiable, Response, S3Object
@@ -25,6 +26,8 @@ class Discovery:
     first_end: int = 0
     #: Discovery saw the whole (empty) object: nothing is left to fetch.
     complete: bool = False
+    #: S3's full-object checksum, when discovery's answer carried one.
+    checksum: ExpectedChecksum | None = None
 
 
 @runtime_checkable
@@ -98,9 +101,11 @@ class HeadFirst:
                 f"object is {meta.size} bytes, not the {size} given", ObjectChangedError
             )
         if meta.size > chunk_size:
-            return Discovery(size=meta.size, etag=meta.etag)
+            return Discovery(size=meta.size, etag=meta.etag, checksum=meta.checksum)
         response = await obj.get(None, if_match=meta.etag)
-        return _whole_object(obj, response, expected_size=meta.size)
+        discovery = _whole_object(obj, response, expected_size=meta.size)
+        discovery.checksum = discovery.checksum or meta.checksum
+        return discovery
 
 
 def _whole_object(obj: S3Object, response: Response, *, expected_size: int | None) -> Discovery:
@@ -119,6 +124,7 @@ def _whole_object(obj: S3Object, response: Response, *, expected_size: int | Non
         etag=response.etag,
         first=response,
         first_end=response.content_length,
+        checksum=response.checksum,
     )
 
 
