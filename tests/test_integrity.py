@@ -1,0 +1,293 @@
+"""Checksum verification: CRC combining (pure) and verified downloads against moto."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import itertools
+import os
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from awscrt import checksums as crt
+from botocore.config import Config
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import asyncdl
+from asyncdl.checksums import (
+    CrcCombiner,
+    ExpectedChecksum,
+    crc_function,
+    encode_crc,
+    from_botocore,
+    from_headers,
+    parse_checksum,
+)
+from asyncdl.testing.tcp_proxy import Fault, RequestRecord, TcpProxy
+
+from .conftest import CHUNK, make_client, payload, temp_files
+
+CRCS = ["CRC32", "CRC32C", "CRC64NVME"]
+ALL = [*CRCS, "SHA1", "SHA256"]
+
+
+# -- pure -----------------------------------------------------------------------------
+@settings(max_examples=200, deadline=None)
+@given(
+    algorithm=st.sampled_from(CRCS),
+    data=st.binary(max_size=4096),
+    cuts=st.lists(st.integers(min_value=0, max_value=4096), max_size=12),
+    order=st.randoms(use_true_random=False),
+)
+def test_combined_part_crcs_equal_the_whole(
+    algorithm: str, data: bytes, cuts: list[int], order: Any
+) -> None:
+    bounds = sorted({0, len(data), *(c for c in cuts if c <= len(data))})
+    parts = [(a, b) for a, b in itertools.pairwise(bounds) if a < b]
+    order.shuffle(parts)  # parts finish in any order
+    combiner = CrcCombiner(algorithm)
+    crc = crc_function(algorithm)
+    for start, end in parts:
+        combiner.add(start, end, crc(data[start:end], 0))
+    assert combiner.value(len(data)) == encode_crc(algorithm, crc(data, 0))
+
+
+def test_combiner_waits_for_every_byte() -> None:
+    combiner = CrcCombiner("CRC32")
+    combiner.add(5, 10, 123)
+    assert combiner.value(10) is None
+
+
+def test_known_values() -> None:
+    # Published check values for b"123456789".
+    assert crt.crc32(b"123456789") == 0xCBF43926
+    assert crt.crc32c(b"123456789") == 0xE3069283
+    assert encode_crc("CRC32", 0) == "AAAAAA=="
+
+
+def test_parsing() -> None:
+    assert parse_checksum("crc64nvme:jSnVw/bqjr4=") == ExpectedChecksum("CRC64NVME", "jSnVw/bqjr4=")
+    assert parse_checksum("CRC32:28PLQA==-2").composite
+    for bad in ["CRC32", "MD5:abc=", "CRC32:not base64!"]:
+        with pytest.raises(ValueError, match=r"checksum|base64"):
+            parse_checksum(bad)
+    headers = {"x-amz-checksum-crc32": "DUoRhQ==", "x-amz-checksum-type": "FULL_OBJECT"}
+    assert from_headers(headers, '"abc"') == ExpectedChecksum("CRC32", "DUoRhQ==")
+    # A multipart ETag with no checksum type: possibly COMPOSITE, never checked as full.
+    assert from_botocore({"ChecksumCRC32": "28PLQA=="}, '"83be-2"') == ExpectedChecksum(
+        "CRC32", "28PLQA==", 2
+    )
+    assert from_headers({}, None) is None
+
+
+# -- against moto -------------------------------------------------------------------
+def expected_value(algorithm: str, data: bytes) -> str:
+    if algorithm in CRCS:
+        return encode_crc(algorithm, crc_function(algorithm)(data, 0))
+    return base64.b64encode(hashlib.new(algorithm.lower(), data).digest()).decode()
+
+
+@pytest.mark.parametrize(
+    ("strategy", "validate"), [("get-first", "required"), ("head-first", "when_available")]
+)
+@pytest.mark.parametrize("size", [0, 1, CHUNK + 1, 3 * CHUNK])
+@pytest.mark.parametrize("algorithm", ALL)
+async def test_verified_downloads(
+    s3: Any,
+    bucket: str,
+    proxy: TcpProxy,
+    tmp_path: Path,
+    algorithm: str,
+    size: int,
+    strategy: str,
+    validate: str,
+) -> None:
+    data = payload(size, seed=size)
+    s3.put_object(Bucket=bucket, Key="k", Body=data, ChecksumAlgorithm=algorithm)
+    stored = s3.head_object(Bucket=bucket, Key="k", ChecksumMode="ENABLED")[f"Checksum{algorithm}"]
+    assert stored == expected_value(algorithm, data)  # the test's own premise
+    config = asyncdl.TransferConfig(chunk_size=CHUNK, validate=validate)
+    async with make_client(proxy.url) as client, asyncdl.Engine(client, config=config) as engine:
+        result = await engine.download(bucket, "k", tmp_path / "k", strategy=strategy)
+    assert (tmp_path / "k").read_bytes() == data
+    assert result.verified, result.unverified_reason
+    assert result.checksum == f"{algorithm}:{stored}"
+    assert result.unverified_reason is None
+    # Verification adds at most the one HEAD, sent alongside the first GET.
+    parts = max(1, -(-size // CHUNK))
+    assert result.requests == len(proxy.requests) == parts + 1
+
+
+def corrupt_gets(count: int) -> Any:
+    done: list[RequestRecord] = []
+
+    def rule(request: RequestRecord) -> Fault | None:
+        if request.method == "GET" and len(done) < count:
+            done.append(request)
+            return Fault(corrupt_at=100)
+        return None
+
+    return rule
+
+
+@pytest.mark.parametrize("size", [5000, 3 * CHUNK])
+async def test_corrupted_body_is_refused(
+    s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path, size: int
+) -> None:
+    data = payload(size)
+    s3.put_object(Bucket=bucket, Key="k", Body=data, ChecksumAlgorithm="CRC64NVME")
+    target = tmp_path / "k"
+    target.write_bytes(b"old")
+    proxy.rule = corrupt_gets(1_000)
+    config = asyncdl.TransferConfig(chunk_size=CHUNK)
+    async with make_client(proxy.url) as client, asyncdl.Engine(client, config=config) as engine:
+        with pytest.raises(asyncdl.ChecksumError, match="CRC64NVME mismatch") as caught:
+            await engine.download(bucket, "k", target, strategy="head-first")
+    assert target.read_bytes() == b"old"
+    assert temp_files(tmp_path) == []
+    # One fresh attempt at the same ETag, no more: HEAD + GETs, then the GETs again.
+    parts = -(-size // CHUNK)
+    assert caught.value.requests == len(proxy.requests) == 1 + 2 * parts
+    etag = s3.head_object(Bucket=bucket, Key="k")["ETag"]
+    assert all(r.headers.get("if-match") == etag for r in proxy.requests if r.method == "GET")
+
+
+async def test_one_fresh_attempt_recovers_from_one_corruption(
+    s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path
+) -> None:
+    data = payload(3 * CHUNK)
+    s3.put_object(Bucket=bucket, Key="k", Body=data, ChecksumAlgorithm="CRC32C")
+    proxy.rule = corrupt_gets(1)
+    config = asyncdl.TransferConfig(chunk_size=CHUNK, validate="required")
+    async with make_client(proxy.url) as client, asyncdl.Engine(client, config=config) as engine:
+        result = await engine.download(bucket, "k", tmp_path / "k")
+    assert (tmp_path / "k").read_bytes() == data
+    assert result.verified
+
+
+async def test_corruption_goes_unnoticed_when_validation_is_off(
+    s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path
+) -> None:
+    data = payload(5000)
+    s3.put_object(Bucket=bucket, Key="k", Body=data, ChecksumAlgorithm="CRC64NVME")
+    proxy.rule = corrupt_gets(1_000)
+    config = asyncdl.TransferConfig(chunk_size=CHUNK, validate="off")
+    async with make_client(proxy.url) as client, asyncdl.Engine(client, config=config) as engine:
+        result = await engine.download(bucket, "k", tmp_path / "k", strategy="head-first")
+    written = (tmp_path / "k").read_bytes()
+    assert written != data  # the proxy really corrupts: the checks above can fail
+    assert written[100] == data[100] ^ 0xFF
+    assert (result.verified, result.checksum) == (False, None)
+    assert not any("x-amz-checksum-mode" in r.headers for r in proxy.requests)
+
+
+async def test_required_on_an_object_without_a_checksum(
+    s3_endpoint: str, bucket: str, proxy: TcpProxy, tmp_path: Path
+) -> None:
+    plain = boto3.client(
+        "s3",
+        endpoint_url=s3_endpoint,
+        region_name="us-east-1",
+        config=Config(request_checksum_calculation="when_required"),
+    )
+    plain.put_object(Bucket=bucket, Key="k", Body=b"no checksum stored")
+    config = asyncdl.TransferConfig(chunk_size=CHUNK, validate="required")
+    async with make_client(proxy.url) as client, asyncdl.Engine(client, config=config) as engine:
+        for strategy in ("get-first", "head-first"):
+            with pytest.raises(asyncdl.ChecksumError, match="no stored checksum"):
+                await engine.download(bucket, "k", tmp_path / "k", strategy=strategy)
+    assert os.listdir(tmp_path) == []
+    config = asyncdl.TransferConfig(chunk_size=CHUNK)
+    async with make_client(proxy.url) as client, asyncdl.Engine(client, config=config) as engine:
+        result = await engine.download(bucket, "k", tmp_path / "k", strategy="head-first")
+    assert not result.verified
+    assert "no checksum" in (result.unverified_reason or "")
+
+
+async def test_small_listed_objects_are_verified_in_one_request(
+    s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path
+) -> None:
+    objects = {f"p/{i}": payload(100 * i + 1, seed=i) for i in range(10)}
+    for key, data in objects.items():
+        s3.put_object(Bucket=bucket, Key=key, Body=data, ChecksumAlgorithm="CRC64NVME")
+    config = asyncdl.TransferConfig(chunk_size=CHUNK)
+    async with make_client(proxy.url) as client, asyncdl.Engine(client, config=config) as engine:
+        results = [r async for r in engine.download_prefix(bucket, "p/", tmp_path)]
+    assert all(r.verified for r in results), [r.unverified_reason for r in results]
+    assert all(r.requests == 1 for r in results)
+    gets = [r for r in proxy.requests if "list-type" not in r.path]
+    assert len(gets) == 10
+    assert all(r.headers.get("x-amz-checksum-mode") == "ENABLED" for r in gets)
+
+
+async def test_get_first_when_available_adds_no_request(
+    s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path
+) -> None:
+    s3.put_object(Bucket=bucket, Key="k", Body=payload(3 * CHUNK), ChecksumAlgorithm="CRC32")
+    config = asyncdl.TransferConfig(chunk_size=CHUNK)
+    async with make_client(proxy.url) as client, asyncdl.Engine(client, config=config) as engine:
+        result = await engine.download(bucket, "k", tmp_path / "k", strategy="get-first")
+    assert result.requests == len(proxy.requests) == 3
+    assert not result.verified
+    assert "ranged GETs carry none" in (result.unverified_reason or "")
+
+
+async def test_caller_supplied_checksum(
+    s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path
+) -> None:
+    data = payload(3 * CHUNK)
+    s3.put_object(Bucket=bucket, Key="k", Body=data)
+    right = f"CRC64NVME:{expected_value('CRC64NVME', data)}"
+    wrong = f"CRC64NVME:{expected_value('CRC64NVME', data + b'x')}"
+    config = asyncdl.TransferConfig(chunk_size=CHUNK)
+    async with make_client(proxy.url) as client, asyncdl.Engine(client, config=config) as engine:
+        result = await engine.download(bucket, "k", tmp_path / "k", checksum=right)
+        assert (result.verified, result.checksum, result.requests) == (True, right, 3)
+        with pytest.raises(asyncdl.ChecksumError):
+            await engine.download(bucket, "k", tmp_path / "j", checksum=wrong)
+        with pytest.raises(ValueError, match="checksum"):
+            await engine.download(bucket, "k", tmp_path / "j", checksum="MD5:xyz")
+    assert not (tmp_path / "j").exists()
+
+
+@pytest.mark.moto_deviation
+async def test_composite_checksums_are_reported_unverified(
+    s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path
+) -> None:
+    # moto serves PartNumber GETs as the whole object and its HEAD drops the -N of a
+    # COMPOSITE checksum: asyncdl must neither fail in when_available mode nor treat the
+    # value as a full-object checksum.
+    upload = s3.create_multipart_upload(Bucket=bucket, Key="mp", ChecksumAlgorithm="CRC32")
+    parts, body = [], b""
+    for number, size in ((1, 5 * 2**20), (2, 1000)):
+        chunk = payload(size, seed=number)
+        body += chunk
+        answer = s3.upload_part(
+            Bucket=bucket,
+            Key="mp",
+            UploadId=upload["UploadId"],
+            PartNumber=number,
+            Body=chunk,
+            ChecksumAlgorithm="CRC32",
+        )
+        parts.append(
+            {"PartNumber": number, "ETag": answer["ETag"], "ChecksumCRC32": answer["ChecksumCRC32"]}
+        )
+    s3.complete_multipart_upload(
+        Bucket=bucket, Key="mp", UploadId=upload["UploadId"], MultipartUpload={"Parts": parts}
+    )
+    config = asyncdl.TransferConfig(chunk_size=2**20)
+    async with make_client(proxy.url) as client, asyncdl.Engine(client, config=config) as engine:
+        result = await engine.download(bucket, "mp", tmp_path / "mp", strategy="head-first")
+        assert (tmp_path / "mp").read_bytes() == body
+        assert not result.verified
+        assert "COMPOSITE" in (result.unverified_reason or "")
+        assert (result.checksum or "").endswith("-2")
+    config = asyncdl.TransferConfig(chunk_size=2**20, validate="required")
+    async with make_client(proxy.url) as client, asyncdl.Engine(client, config=config) as engine:
+        with pytest.raises(asyncdl.ChecksumError, match="COMPOSITE"):
+            await engine.download(bucket, "mp", tmp_path / "mp2", strategy="head-first")
+    assert not (tmp_path / "mp2").exists()
