@@ -35,7 +35,7 @@ def demo(session: nox.Session) -> None:
 @nox.session
 def bench(session: nox.Session) -> None:
     """The batch benchmark against the peers; not run by default (see benchmarks/README.md)."""
-    session.install("-e", ".[demo]", "boto3", "s3transfer", "obstore", "aiofiles")
+    session.install("-e", ".[bench]")
     session.run("python", "benchmarks/batch.py", *session.posargs)
 
 

@@ -44,6 +44,13 @@ MiB = 1024 * 1024
 CLIENTS = (
     "asyncdl-get-first",
     "asyncdl-head-first",
+    # The validation modes side by side (issue: verified downloads): listing metadata
+    # lets small objects be verified in their one GET; "required" makes GET-first send
+    # a HEAD alongside; "-off" turns checking off.
+    "asyncdl-prefix",
+    "asyncdl-prefix-off",
+    "asyncdl-get-first-required",
+    "asyncdl-head-first-off",
     "s3transfer-default",
     "s3transfer-no-head",
     "aiobotocore-loop",
@@ -60,6 +67,7 @@ METRICS = (
     "mib_per_s",
     "max_in_flight",
     "server_cpu_ms_per_object",
+    "verified_per_object",
 )
 _UNITS = {"": 1, "b": 1, "kib": 1024, "mib": MiB, "gib": 1024 * MiB}
 # Peers write files with aiofiles in 1 MiB pieces, as asyncdl does (its write_size).
@@ -82,8 +90,11 @@ def parse_clients(text: str) -> list[str]:
     return names
 
 
+PREFIX = "bench/"
+
+
 def key_name(index: int) -> str:
-    return f"bench/{index:07d}"
+    return f"{PREFIX}{index:07d}"
 
 
 def file_name(index: int) -> str:
@@ -119,6 +130,8 @@ class Meter:
     def __init__(self) -> None:
         self.wall = self.cpu = 0.0
         self._started = (0.0, 0.0)
+        #: Objects checked against S3's checksum (asyncdl reports it; peers check none).
+        self.verified = 0
 
     @staticmethod
     def _now() -> tuple[float, float]:
@@ -132,32 +145,25 @@ class Meter:
         self.wall, self.cpu = wall - self._started[0], cpu - self._started[1]
 
 
-async def run_asyncdl(job: Job, meter: Meter, strategy: str) -> list[str]:
+async def run_asyncdl(
+    job: Job, meter: Meter, strategy: str, validate: str = "when_available", prefix: bool = False
+) -> list[str]:
     import asyncdl  # noqa: PLC0415
 
     os.environ["AWS_ENDPOINT_URL_S3"] = job.endpoint
     errors: list[str] = []
-    config = asyncdl.TransferConfig(max_concurrency=job.concurrency)
+    config = asyncdl.TransferConfig(max_concurrency=job.concurrency, validate=validate)
     async with asyncdl.Engine(config=config) as engine:
         meter.start()
-        if hasattr(engine, "download_many"):
-            async for result in engine.download_many(job.items(), strategy=strategy):
-                if result.error is not None:
-                    errors.append(repr(result.error))
+        if prefix:
+            # Listed as it downloads: each object's size and ETag come from the listing.
+            results = engine.download_prefix(job.bucket, PREFIX, job.dest)
         else:
-            # The bulk API is not there yet: N workers pulling from one shared iterator.
-            pending = job.items()
-
-            async def worker() -> None:
-                for bucket, key, path in pending:
-                    try:
-                        await engine.download(bucket, key, path, strategy=strategy)
-                    except asyncdl.DownloadError as exc:
-                        errors.append(repr(exc))
-
-            async with asyncio.TaskGroup() as tasks:
-                for _ in range(job.concurrency):
-                    tasks.create_task(worker())
+            results = engine.download_many(job.items(), strategy=strategy)
+        async for result in results:
+            if result.error is not None:
+                errors.append(repr(result.error))
+            meter.verified += result.verified
         meter.stop()
     return errors
 
@@ -240,7 +246,7 @@ async def run_obstore(job: Job, meter: Meter) -> list[str]:
     region = os.environ.get("AWS_DEFAULT_REGION", "us-east-1")
     store = S3Store(
         job.bucket,
-        config={**config, "endpoint": job.endpoint, "region": region},
+        config={**config, "endpoint": job.endpoint, "region": region},  # type: ignore[arg-type]
         # The proxy (and moto) speak plain HTTP; obstore refuses it unless told.
         client_options={"allow_http": True},
     )
@@ -267,6 +273,16 @@ async def run_obstore(job: Job, meter: Meter) -> list[str]:
 RUNNERS: dict[str, Callable[[Job, Meter], list[str]]] = {
     "asyncdl-get-first": lambda job, m: asyncio.run(run_asyncdl(job, m, "get-first")),
     "asyncdl-head-first": lambda job, m: asyncio.run(run_asyncdl(job, m, "head-first")),
+    "asyncdl-prefix": lambda job, m: asyncio.run(run_asyncdl(job, m, "auto", prefix=True)),
+    "asyncdl-prefix-off": lambda job, m: asyncio.run(
+        run_asyncdl(job, m, "auto", validate="off", prefix=True)
+    ),
+    "asyncdl-get-first-required": lambda job, m: asyncio.run(
+        run_asyncdl(job, m, "get-first", validate="required")
+    ),
+    "asyncdl-head-first-off": lambda job, m: asyncio.run(
+        run_asyncdl(job, m, "head-first", validate="off")
+    ),
     "s3transfer-default": partial(run_s3transfer, no_head=False),
     "s3transfer-no-head": partial(run_s3transfer, no_head=True),
     "aiobotocore-loop": lambda job, m: asyncio.run(run_aiobotocore(job, m)),
@@ -294,6 +310,7 @@ def worker_main(args: argparse.Namespace) -> None:
     meter = Meter()
     errors = RUNNERS[args.worker](job, meter)
     report: dict[str, Any] = {"wall_s": meter.wall, "cpu_s": meter.cpu}
+    report["verified"] = meter.verified
     report["peak_rss_kib"] = peak_rss_kib()
     if args.worker.startswith("asyncdl"):
         import asyncdl  # noqa: PLC0415 - already loaded by the run
@@ -391,6 +408,7 @@ def run_client(
         "max_in_flight": proxy.max_in_flight,
         "server_cpu_ms_per_object": server_cpu * 1000 / n,
         "peak_rss_mib": report["peak_rss_kib"] / 1024,
+        "verified_per_object": report.get("verified", 0) / n,
         "mib_per_s": n * args.size / MiB / wall,
         "client_errors": report["errors"],
         "first_errors": report["first_errors"],
@@ -448,8 +466,8 @@ def notes(summary: dict[str, Any], runs: list[dict[str, Any]]) -> list[str]:
 def print_report(summary: dict[str, Any], args: argparse.Namespace, found: list[str]) -> None:
     large = args.size >= MiB
     header = (
-        f"{'client':<19} {'wall s':>8} {'obj/s':>8} {'CPU ms/obj':>10} {'GET/obj':>7} "
-        f"{'HEAD/obj':>8} {'RSS MiB':>7} {'in flight':>9} {'srv CPU ms/obj':>14}"
+        f"{'client':<26} {'wall s':>8} {'obj/s':>8} {'CPU ms/obj':>10} {'GET/obj':>7} "
+        f"{'HEAD/obj':>8} {'verified':>8} {'RSS MiB':>7} {'in flight':>9} {'srv CPU ms/obj':>14}"
         + (f" {'MiB/s':>7}" if large else "")
     )
     # What latency alone allows: one request per object, `concurrency` at a time.
@@ -464,16 +482,17 @@ def print_report(summary: dict[str, Any], args: argparse.Namespace, found: list[
     for client, row in summary["median"].items():
         rate = row["objects_per_s"]
         line = (
-            f"{client:<19} {row['wall_s']:>8.2f} {rate:>8.{1 if rate >= 10 else 3}f} "
+            f"{client:<26} {row['wall_s']:>8.2f} {rate:>8.{1 if rate >= 10 else 3}f} "
             f"{row['cpu_ms_per_object']:>10.3f} {row['get_per_object']:>7.2f} "
-            f"{row['head_per_object']:>8.2f} {row['peak_rss_mib']:>7.1f} "
+            f"{row['head_per_object']:>8.2f} {row['verified_per_object']:>8.2f} "
+            f"{row['peak_rss_mib']:>7.1f} "
             f"{row['max_in_flight']:>9.0f} {row['server_cpu_ms_per_object']:>14.3f}"
         )
         print(line + (f" {row['mib_per_s']:>7.1f}" if large else ""))
     if summary["ratios"]:
         print(f"\nagainst {BASELINE} (>1: slower / more CPU)")
         for client, ratio in summary["ratios"].items():
-            print(f"{client:<19} wall x{ratio['wall']:.2f}  CPU x{ratio['cpu']:.2f}")
+            print(f"{client:<26} wall x{ratio['wall']:.2f}  CPU x{ratio['cpu']:.2f}")
     for note in found:
         print(f"\nNOTE: {note}")
 
@@ -532,7 +551,7 @@ def main_bench(args: argparse.Namespace) -> int:
                 result = run_client(client, args, proxy, bucket, digests)
                 runs.append({"run": run + 1, **result})
                 wall = f"{result['wall_s']:.2f}s" if "wall_s" in result else "FAILED"
-                print(f"run {run + 1}/{args.runs} {client:<19} {wall}", flush=True)
+                print(f"run {run + 1}/{args.runs} {client:<26} {wall}", flush=True)
         if args.endpoint_url is not None:
             asyncio.run(delete_bucket(endpoint, bucket, args.objects))
     summary = summarize(runs, clients)
@@ -546,7 +565,8 @@ def main_bench(args: argparse.Namespace) -> int:
             "platform": platform.platform(),
             "server": args.endpoint_url or "moto (in the benchmark's process, with the proxy)",
         }
-        document = {"config": config, "machine": machine, "versions": versions()}
+        document: dict[str, Any] = {"config": config, "machine": machine}
+        document["versions"] = versions()
         document["asyncdl_source"] = source
         document |= {**summary, "ratios_against": BASELINE, "notes": found, "runs": runs}
         Path(args.json).write_text(json.dumps(document, indent=2, default=str) + "\n")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import itertools
@@ -291,3 +292,23 @@ async def test_composite_checksums_are_reported_unverified(
         with pytest.raises(asyncdl.ChecksumError, match="COMPOSITE"):
             await engine.download(bucket, "mp", tmp_path / "mp2", strategy="head-first")
     assert not (tmp_path / "mp2").exists()
+
+
+async def test_required_bulk_does_not_deadlock_the_budget(
+    s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path
+) -> None:
+    # Each GET-first download holds a slot for its first GET while its checksum HEAD
+    # needs another: with every slot taken by first GETs, waiting for the HEADs before
+    # writing would hang forever.
+    objects = {f"k{i}": payload(1000 + i, seed=i) for i in range(40)}
+    for key, data in objects.items():
+        s3.put_object(Bucket=bucket, Key=key, Body=data, ChecksumAlgorithm="CRC32C")
+    proxy.rtt = 0.005
+    config = asyncdl.TransferConfig(chunk_size=CHUNK, max_concurrency=2, validate="required")
+    items = [(bucket, key, tmp_path / key) for key in objects]
+    async with make_client(proxy.url) as client, asyncdl.Engine(client, config=config) as engine:
+        async with asyncio.timeout(60):
+            results = [r async for r in engine.download_many(items, strategy="get-first")]
+    assert all(r.verified for r in results), [str(r.error) for r in results if r.error][:3]
+    assert all(r.requests == 2 for r in results)
+    assert proxy.max_in_flight <= 2

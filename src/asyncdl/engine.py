@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncGenerator, AsyncIterable, Iterable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterable, Callable, Iterable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,6 +63,9 @@ class _Part:
     end: int
     pos: int = -1
     crc: int = 0
+    #: The CRC this part feeds, fixed before its first byte (``None``: computed later
+    #: from the file if a CRC checksum turns up).
+    crc_fn: Callable[[bytes, int], int] | None = None
 
     def __post_init__(self) -> None:
         if self.pos < 0:
@@ -227,6 +230,7 @@ class Engine:
         pinned to the same ETag (a mismatch is not retried blindly)."""
         discovery = await self._discover(obj, strategy, size, etag, expected)
         verifier = Verifier(self.config.validate, expected or discovery.checksum)
+        verifier.pending, discovery.checksum_head = discovery.checksum_head, None
         try:
             return discovery, await self._fetch(obj, discovery, target, verifier)
         except ChecksumError as exc:
@@ -308,32 +312,19 @@ class Engine:
         ):
             return await self._discover_with_retries(obj, strategy, size, etag)
         # validate="required" needs S3's checksum, which a ranged GET does not carry:
-        # ask a HEAD for it alongside the first GET, so latency stays one round trip.
-        discovery: Discovery | None = None
+        # a HEAD asks for it alongside the first GET, so latency stays one round trip.
+        # Nothing waits for it until every part is written: a part holding a slot of
+        # the budget while it waited for the HEAD's slot could deadlock the engine.
+        head = asyncio.create_task(self._head_with_retries(obj, etag))
         try:
-            async with asyncio.TaskGroup() as tasks:
-                head = tasks.create_task(self._head_with_retries(obj, etag))
-                discovery = await self._discover_with_retries(obj, strategy, size, etag)
-                if discovery.checksum is not None:
-                    head.cancel()
-        except BaseException as exc:
-            if discovery is not None and discovery.first is not None:
-                discovery.first.close()
-            if isinstance(exc, BaseExceptionGroup):
-                failure = _first_failure(exc)
-                raise failure from failure.__cause__
+            discovery = await self._discover_with_retries(obj, strategy, size, etag)
+        except BaseException:
+            await _reap(head)
             raise
-        if head.cancelled():
-            return discovery
-        meta = head.result()
-        if meta.etag is not None and discovery.etag is not None and meta.etag != discovery.etag:
-            if discovery.first is not None:
-                discovery.first.close()
-            raise obj.error(
-                f"ETag changed from {meta.etag} to {discovery.etag} during discovery",
-                ObjectChangedError,
-            )
-        discovery.checksum = meta.checksum
+        if discovery.checksum is not None:  # the answer was the whole object
+            await _reap(head)
+        else:
+            discovery.checksum_head = head
         return discovery
 
     async def _discover_with_retries(
@@ -398,13 +389,13 @@ class Engine:
             transfer = _Transfer(obj, temp, etag, size, verifier)
             if whole_in_first:
                 response, first = first, None
-                await self._fetch_part(transfer, _Part(0, size), response)
+                await self._fetch_part(transfer, _Part(0, size, crc_fn=verifier.crc), response)
             elif one_plain_get:
-                await self._fetch_part(transfer, _Part(0, size), None)
+                await self._fetch_part(transfer, _Part(0, size, crc_fn=verifier.crc), None)
             elif not discovery.complete:
                 first, opened = None, first
                 await self._fetch_parts(transfer, opened, discovery.first_end)
-            verification = await verifier.finish(temp, bucket=obj.bucket, key=obj.key)
+            verification = await verifier.finish(temp, obj, etag)
             await temp.commit()
             return verification
         except BaseException as exc:
@@ -412,6 +403,7 @@ class Engine:
                 first.close()
             if temp is not None:
                 temp.discard()
+            await verifier.abandon()
             if isinstance(exc, BaseExceptionGroup):
                 failure = _first_failure(exc)
                 # Keep the failure's own cause; the group around it is noise.
@@ -430,13 +422,13 @@ class Engine:
                 offset = 0
                 if first is not None:
                     await window.acquire()
-                    part = _Part(0, first_end)
+                    part = _Part(0, first_end, crc_fn=transfer.verifier.crc)
                     tasks.create_task(self._run_part(transfer, part, first, window))
                     first = None  # the task owns it now
                     offset = first_end
                 for byte_range in plan_ranges(transfer.size, config.chunk_size, offset):
                     await window.acquire()
-                    part = _Part(byte_range.start, byte_range.end)
+                    part = _Part(byte_range.start, byte_range.end, crc_fn=transfer.verifier.crc)
                     tasks.create_task(self._run_part(transfer, part, None, window))
         finally:
             if first is not None:
@@ -467,6 +459,7 @@ class Engine:
                 if part.pos == 0 and part.end == transfer.size:
                     # A whole-object answer carries S3's checksum: known before the body.
                     transfer.verifier.adopt(response.checksum)
+                    part.crc_fn = transfer.verifier.crc
                 await self._drain(transfer, response, part)
             except Exception as exc:
                 failures = await self._after_failure(transfer.obj, exc, failures, "a part")
@@ -475,7 +468,8 @@ class Engine:
                     response.close()
                     response = None
             if part.pos >= part.end:
-                transfer.verifier.add_part(part.start, part.end, part.crc)
+                crc = part.crc if part.crc_fn is not None else None
+                transfer.verifier.add_part(part.start, part.end, crc)
                 return
             # Until a byte is written, a retry asks for the whole object again (an
             # empty object has no valid Range); after that it resumes with a range.
@@ -533,7 +527,7 @@ class Engine:
         pending: list[bytes] = []
         pending_size = 0
 
-        crc = transfer.verifier.crc
+        crc = part.crc_fn
 
         async def flush() -> None:
             nonlocal pending_size
@@ -598,6 +592,12 @@ def _check_target(path: str | os.PathLike[str], *, bucket: str, key: str) -> Pat
             f"directory {str(parent)!r} is not writable", bucket=bucket, key=key
         )
     return target
+
+
+async def _reap(task: asyncio.Task[Any]) -> None:
+    """Cancel a side task and wait for it, so nothing is left running or unretrieved."""
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
 
 
 def _first_failure(group: BaseExceptionGroup[BaseException]) -> BaseException:

@@ -8,13 +8,14 @@ body is written rather than fetched twice.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from .checksums import ExpectedChecksum
 from .errors import ObjectChangedError
 from .ranges import ByteRange
-from .s3_source import RangeNotSatisfiable, Response, S3Object
+from .s3_source import ObjectMeta, RangeNotSatisfiable, Response, S3Object
 
 
 @dataclass(slots=True)
@@ -28,6 +29,8 @@ class Discovery:
     complete: bool = False
     #: S3's full-object checksum, when discovery's answer carried one.
     checksum: ExpectedChecksum | None = None
+    #: A HEAD still in flight that will bring the checksum (``validate="required"``).
+    checksum_head: asyncio.Task[ObjectMeta] | None = None
 
 
 @runtime_checkable

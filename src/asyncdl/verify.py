@@ -9,11 +9,13 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from .checksums import CRC_ALGORITHMS, CrcCombiner, ExpectedChecksum, crc_function
-from .errors import ChecksumError
+from .errors import ChecksumError, ObjectChangedError
+from .s3_source import ObjectMeta, S3Object
 from .writer import TempFile
 
 POLICIES = ("when_available", "required", "off")
@@ -37,6 +39,10 @@ class Verifier:
         self.combiner: CrcCombiner | None = None
         #: The CRC function parts feed while streaming, or ``None``.
         self.crc: Callable[[bytes, int], int] | None = None
+        #: A HEAD in flight that brings the checksum; awaited only in :meth:`finish`.
+        self.pending: asyncio.Task[ObjectMeta] | None = None
+        #: Parts written before a CRC algorithm was known; hashed from the file later.
+        self._unhashed: list[tuple[int, int]] = []
         if expected is not None:
             self.adopt(expected)
 
@@ -53,12 +59,37 @@ class Verifier:
             self.combiner = CrcCombiner(checksum.algorithm)
             self.crc = crc_function(checksum.algorithm)
 
-    def add_part(self, start: int, end: int, crc: int) -> None:
-        if self.combiner is not None:
+    def add_part(self, start: int, end: int, crc: int | None) -> None:
+        if crc is None:
+            self._unhashed.append((start, end))
+        elif self.combiner is not None:
             self.combiner.add(start, end, crc)
 
-    async def finish(self, temp: TempFile, *, bucket: str, key: str) -> Verification:
+    async def abandon(self) -> None:
+        """The download failed: stop the checksum HEAD, if one is in flight."""
+        pending, self.pending = self.pending, None
+        if pending is not None:
+            pending.cancel()
+            await asyncio.gather(pending, return_exceptions=True)
+
+    async def finish(self, temp: TempFile, obj: S3Object, etag: str | None) -> Verification:
         """Check the written bytes before they are published; raise on a mismatch."""
+        bucket, key = obj.bucket, obj.key
+        pending, self.pending = self.pending, None
+        if pending is not None:
+            meta = await pending
+            if meta.etag is not None and etag is not None and meta.etag != etag:
+                raise ObjectChangedError(
+                    f"ETag changed from {etag} to {meta.etag} during the download",
+                    bucket=bucket,
+                    key=key,
+                )
+            self.adopt(meta.checksum)
+        if self.combiner is not None:
+            for start, end in self._unhashed:
+                crc = await temp.crc(self.combiner.algorithm, start, end)
+                self.combiner.add(start, end, crc)
+            self._unhashed.clear()
         expected = self.expected
         if not self.active:
             return Verification(None, False, "validation is off")

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from aiofiles.os import wrap
 
-from .checksums import sha_of
+from .checksums import crc_function, sha_of
 
 _TEMP_SUFFIX = ".asyncdl-tmp"
 _FLAGS = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
@@ -153,6 +153,28 @@ class TempFile:
         finally:
             self._leave()
 
+    async def crc(self, algorithm: str, start: int, end: int) -> int:
+        """The CRC of bytes ``[start, end)`` as written (for parts that streamed before
+        the checksum's algorithm was known)."""
+        if not self.opened:
+            whole = self._whole or b""
+            return crc_function(algorithm)(whole[start:end], 0)
+        return await _crc(self, algorithm, start, end)
+
+    def _crc_sync(self, algorithm: str, start: int, end: int) -> int:
+        self._enter()
+        try:
+            update, crc, offset = crc_function(algorithm), 0, start
+            while offset < end:
+                block = os.pread(self._fd, min(_READ_SIZE, end - offset), offset)
+                if not block:
+                    raise OSError(errno.EIO, "temp file shorter than written", str(self.path))
+                crc = update(block, crc)
+                offset += len(block)
+            return crc
+        finally:
+            self._leave()
+
     async def commit(self) -> None:
         """Make the temp file the target, atomically. On failure the temp file is gone."""
         await (_commit(self) if self.opened else _publish(self))
@@ -240,5 +262,6 @@ def _preallocate(fd: int, size: int) -> None:
 _open = wrap(TempFile._open_sync)
 _write = wrap(TempFile._write_sync)
 _digest = wrap(TempFile._digest_sync)
+_crc = wrap(TempFile._crc_sync)
 _commit = wrap(TempFile._commit_sync)
 _publish = wrap(TempFile._publish_sync)
