@@ -379,3 +379,24 @@ async def test_bodies_are_written_in_bounded_pieces(
     assert sum(sizes) == len(data)
     assert len(sizes) >= len(data) // (2 * 4096)
     assert max(sizes) < 2 * 4096
+
+
+async def test_cancelling_a_1_gib_download_removes_its_temp_file_quickly(
+    client: Any, s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path
+) -> None:
+    gib = 1024**3
+    s3.put_object(Bucket=bucket, Key="huge", Body=bytes(gib))
+    config = asyncdl.TransferConfig(max_concurrency=4)  # 8 MiB parts: 128 of them
+    target = tmp_path / "huge"
+    async with asyncdl.Engine(client, config=config) as engine:
+        task = asyncio.create_task(engine.download(bucket, "huge", target))
+        # The proxy counts in its own thread: poll it (the test timeout bounds the wait).
+        while len(proxy.requests) < 3:  # noqa: ASYNC110 - parts in flight, 1 GiB preallocated
+            await asyncio.sleep(0.01)
+        [temp] = temp_files(tmp_path)
+        assert (tmp_path / temp).stat().st_size == gib
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await gone_within_a_second(tmp_path)
+    assert not target.exists()
