@@ -246,3 +246,22 @@ def test_relative_path(key: str, prefix: str, expected: str) -> None:
 def test_relative_path_refuses_escapes(key: str, prefix: str) -> None:
     with pytest.raises(ValueError, match=r"refusing|names no file"):
         relative_path(key, prefix)
+
+
+async def test_closing_download_prefix_cancels_at_once(
+    client: Any, s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path
+) -> None:
+    put_many(s3, bucket, {"p/a-small": b"x", **{f"p/big{i}": payload(4 * CHUNK) for i in range(3)}})
+    # Every ranged part is held 10 s by the proxy: the big downloads sit in flight,
+    # their temp files open, when the reader leaves after the small one.
+    proxy.rule = lambda r: Fault(delay=10) if r.range else None
+    config = asyncdl.TransferConfig(chunk_size=CHUNK, max_concurrency=8)
+    async with asyncdl.Engine(client, config=config) as engine:
+        async with asyncio.timeout(5):
+            async with contextlib.aclosing(engine.download_prefix(bucket, "p/", tmp_path)) as it:
+                async for result in it:
+                    assert result.key == "p/a-small"
+                    assert len(temp_files(tmp_path)) == 3
+                    break
+        assert temp_files(tmp_path) == []  # at once, not when the collector runs
+    assert os.listdir(tmp_path) == ["a-small"]

@@ -8,6 +8,7 @@ budget), and the input is pulled only when one of them finishes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from collections.abc import AsyncGenerator, AsyncIterable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -170,8 +171,11 @@ async def download_prefix(
     results = download_many(
         engine, listing, strategy=strategy, extra_args=extra_args, timeout=timeout
     )
-    async for result in results:
-        yield result
+    # Closing this generator closes the inner one at once: in-flight downloads are
+    # cancelled and their temp files removed now, not when the collector runs.
+    async with contextlib.aclosing(results):
+        async for result in results:
+            yield result
 
 
 # ListObjectsV2 takes these of a download's arguments; the rest are per object.

@@ -51,12 +51,16 @@ class TransferConfig:
     #: carry, send nothing extra for one), ``"required"`` (fail unless verified), or
     #: ``"off"``. See ``asyncdl.verify``.
     validate: str = "when_available"
+    #: Parts a ``stream()`` fetches ahead of its reader; memory is about this many
+    #: ``chunk_size`` buffers per stream.
+    stream_prefetch: int = 4
 
     def __post_init__(self) -> None:
         _check_int("chunk_size", self.chunk_size, MIN_CHUNK_SIZE, MAX_CHUNK_SIZE)
         _check_int("max_concurrency", self.max_concurrency, 1, 10_000)
         _check_int("max_attempts", self.max_attempts, 1, 100)
         _check_int("write_size", self.write_size, 4 * KiB, 64 * MiB)
+        _check_int("stream_prefetch", self.stream_prefetch, 1, 1000)
         _check_seconds("read_timeout", self.read_timeout)
         _check_seconds("connect_timeout", self.connect_timeout)
         _check_seconds("backoff_max", self.backoff_max)

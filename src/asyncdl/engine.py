@@ -10,6 +10,7 @@ so a download cannot deadlock itself whatever the concurrency.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from collections.abc import AsyncGenerator, AsyncIterable, Callable, Iterable, Mapping
 from contextlib import AsyncExitStack
@@ -39,6 +40,7 @@ from .retry import backoff_delay, logger
 from .s3_source import ObjectMeta, Response, S3Object, normalize_etag
 from .signed_get import SignedGets
 from .strategies import Discovery, Strategy, resolve_strategy
+from .streaming import stream_object
 from .verify import Verification, Verifier
 from .writer import TempFile
 
@@ -48,7 +50,8 @@ class _Transfer:
     """What every part of one download shares."""
 
     obj: S3Object
-    temp: TempFile
+    #: The temp file, or any sink with ``async write(offset, data)`` (streaming).
+    temp: Any
     etag: str | None
     size: int
     verifier: Verifier
@@ -184,10 +187,7 @@ class Engine:
                 expected = parse_checksum(checksum)
             except (ValueError, AttributeError) as exc:
                 raise InvalidRequestError(str(exc), bucket=bucket, key=key) from None
-        verifying = self.config.validate != "off"
-        obj = S3Object(
-            client, self._semaphore, bucket, key, args, signed=self._signed, checksum_mode=verifying
-        )
+        obj = self.s3_object(bucket, key, args)
         deadline = asyncio.timeout(timeout)
         try:
             async with deadline:
@@ -246,6 +246,82 @@ class Engine:
         fresh = Discovery(size=discovery.size, etag=discovery.etag)
         verifier = Verifier(self.config.validate, verifier.expected)
         return fresh, await self._fetch(obj, fresh, target, verifier)
+
+    def s3_object(self, bucket: str, key: str, extra_args: Mapping[str, str]) -> S3Object:
+        """The requests of one object through this engine's client and budget."""
+        return S3Object(
+            self.client,
+            self._semaphore,
+            bucket,
+            key,
+            extra_args,
+            signed=self._signed,
+            checksum_mode=self.config.validate != "off",
+        )
+
+    def stream(
+        self,
+        bucket: str,
+        key: str,
+        *,
+        start: int = 0,
+        end: int | None = None,
+        extra_args: Mapping[str, str] | None = None,
+    ) -> AsyncGenerator[bytes]:
+        """The bytes ``[start, end)`` of the object, in order, as they arrive.
+
+        Parts are fetched concurrently (``config.stream_prefetch`` ahead of the
+        reader, pinned with ``IfMatch``), so memory stays about
+        ``stream_prefetch * chunk_size``. Closing the iterator early cancels them.
+        """
+        return stream_object(self, bucket, key, start=start, end=end, extra_args=extra_args)
+
+    async def read_bytes(
+        self,
+        bucket: str,
+        key: str,
+        *,
+        max_size: int = 64 * 1024 * 1024,
+        extra_args: Mapping[str, str] | None = None,
+    ) -> bytes:
+        """The whole object in memory; an object larger than ``max_size`` is refused
+        (after at most ``max_size + 1`` bytes) instead of filling memory."""
+        if not isinstance(max_size, int) or isinstance(max_size, bool) or max_size < 0:
+            raise InvalidRequestError(
+                f"max_size must be an int >= 0, got {max_size!r}", bucket=bucket, key=key
+            )
+        pieces: list[bytes] = []
+        total = 0
+        async with contextlib.aclosing(
+            self.stream(bucket, key, end=max_size + 1, extra_args=extra_args)
+        ) as stream:
+            async for piece in stream:
+                total += len(piece)
+                if total > max_size:
+                    raise DownloadError(
+                        f"object is larger than max_size={max_size} bytes; use download() "
+                        "or stream() for it",
+                        bucket=bucket,
+                        key=key,
+                    )
+                pieces.append(piece)
+        return b"".join(pieces)
+
+    async def fetch_into(
+        self,
+        sink: Any,
+        obj: S3Object,
+        *,
+        etag: str | None,
+        size: int,
+        start: int,
+        end: int,
+        response: Response | None,
+    ) -> None:
+        """Fetch bytes ``[start, end)`` into ``sink`` (anything with ``write(offset,
+        data)``), with the same retries and resumption as a download's parts."""
+        transfer = _Transfer(obj, sink, etag, size, Verifier("off", None))
+        await self._fetch_part(transfer, _Part(start, end), response)
 
     def download_many(
         self,
