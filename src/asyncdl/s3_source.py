@@ -5,7 +5,7 @@ flight, each counted."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -152,15 +152,7 @@ class S3Object:
         if if_match is not None:
             params["IfMatch"] = if_match
         async with self._semaphore:
-            try:
-                raw = await self._client.head_object(**params)
-            except ClientError as exc:
-                self._count(exc.response.get("ResponseMetadata"))
-                raise
-            except BaseException:
-                self.requests += 1
-                raise
-        self._count(raw.get("ResponseMetadata"))
+            raw = await self._call(self._client.head_object, params)
         etag = raw.get("ETag")
         return ObjectMeta(
             size=int(raw["ContentLength"]),
@@ -222,16 +214,21 @@ class S3Object:
             params = {**self._params, **self._whole_args}
         if if_match is not None:
             params["IfMatch"] = if_match
+        raw_dict = await self._call(self._client.get_object, params)
+        return self._wrap(Response.from_botocore, raw_dict)
+
+    async def _call(self, operation: Callable[..., Awaitable[Any]], params: Any) -> Any:
+        """One botocore call, counted with the retries botocore made inside it."""
         try:
-            raw_dict = await self._client.get_object(**params)
+            raw = await operation(**params)
         except ClientError as exc:
             self._count(exc.response.get("ResponseMetadata"))
             raise
         except BaseException:
             self.requests += 1
             raise
-        self._count(raw_dict.get("ResponseMetadata"))
-        return self._wrap(Response.from_botocore, raw_dict)
+        self._count(raw.get("ResponseMetadata"))
+        return raw
 
     def _wrap(self, build: Callable[[Any, Callable[[], None]], Response], raw: Any) -> Response:
         try:
