@@ -102,3 +102,20 @@ async def test_existing_target_untouched_until_commit(tmp_path: Path) -> None:
     temp.discard()
     assert target.read_bytes() == b"old"
     assert listing(tmp_path) == ["t"]
+
+
+async def test_write_crc_matches_the_bytes(tmp_path: Path) -> None:
+    from awscrt.checksums import crc32c  # noqa: PLC0415 - only this test needs it
+
+    data = os.urandom(3 * 1024 * 1024)
+    deferred = TempFile(tmp_path / "small", len(data))
+    assert await deferred.write_crc(0, data, crc32c, 0) == crc32c(data)
+    opened = TempFile(tmp_path / "big", len(data))
+    await opened.open()
+    crc = 0
+    for offset in range(0, len(data), 1024 * 1024):
+        crc = await opened.write_crc(offset, data[offset : offset + 1024 * 1024], crc32c, crc)
+    assert crc == crc32c(data)
+    await opened.commit()
+    await deferred.commit()
+    assert (tmp_path / "big").read_bytes() == (tmp_path / "small").read_bytes() == data

@@ -608,9 +608,10 @@ class Engine:
         async def flush() -> None:
             nonlocal pending_size
             data = pending[0] if len(pending) == 1 else b"".join(pending)
-            await temp.write(part.pos, data)
-            if crc is not None:
-                part.crc = crc(data, part.crc)
+            if crc is None:
+                await temp.write(part.pos, data)
+            else:
+                part.crc = await temp.write_crc(part.pos, data, crc, part.crc)
             part.pos += len(data)
             pending.clear()
             pending_size = 0

@@ -21,6 +21,7 @@ import errno
 import os
 import secrets
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from aiofiles.os import wrap
@@ -120,6 +121,26 @@ class TempFile:
                 whole, self._whole = self._whole, None
                 await _write(self, 0, whole)
         await _write(self, offset, data)
+
+    async def write_crc(
+        self, offset: int, data: bytes, crc: Callable[[bytes, int], int], previous: int
+    ) -> int:
+        """:meth:`write`, and the running CRC of the part extended by ``data``, computed
+        in the same executor hop (awscrt releases the GIL: off the event loop)."""
+        if not self.opened and offset == 0 and len(data) == self.size and self._whole is None:
+            self._whole = data  # a small deferred file: one write, its CRC right here
+            return crc(data, previous)
+        if not self.opened:
+            await self.write(offset, data)
+            return crc(data, previous)
+        result: int = await _write_crc(self, offset, data, crc, previous)
+        return result
+
+    def _write_crc_sync(
+        self, offset: int, data: bytes, crc: Callable[[bytes, int], int], previous: int
+    ) -> int:
+        self._write_sync(offset, data)
+        return crc(data, previous)
 
     def _write_sync(self, offset: int, data: bytes) -> None:
         self._enter()
@@ -261,6 +282,7 @@ def _preallocate(fd: int, size: int) -> None:
 
 _open = wrap(TempFile._open_sync)
 _write = wrap(TempFile._write_sync)
+_write_crc = wrap(TempFile._write_crc_sync)
 _digest = wrap(TempFile._digest_sync)
 _crc = wrap(TempFile._crc_sync)
 _commit = wrap(TempFile._commit_sync)
