@@ -108,3 +108,21 @@ async def test_read_bytes(engine: asyncdl.Engine, s3: Any, bucket: str, proxy: T
     assert [r.range for r in proxy.requests] == ["bytes=0-100"]  # never more than max+1
     s3.put_object(Bucket=bucket, Key="empty", Body=b"")
     assert await engine.read_bytes(bucket, "empty") == b""
+
+
+async def test_open_gives_headers_before_the_body(
+    engine: asyncdl.Engine, s3: Any, bucket: str, proxy: TcpProxy
+) -> None:
+    data = payload(3 * CHUNK)
+    etag = s3.put_object(Bucket=bucket, Key="k", Body=data)["ETag"]
+    async with engine.stream(bucket, "k", start=10, end=CHUNK + 20) as stream:
+        assert (stream.size, stream.etag, stream.length) == (len(data), etag, CHUNK + 10)
+        assert len(proxy.requests) == 1
+        assert b"".join([piece async for piece in stream]) == data[10 : CHUNK + 20]
+    missing = engine.stream(bucket, "nope")
+    with pytest.raises(asyncdl.ObjectNotFoundError):
+        await missing.open()
+    s3.put_object(Bucket=bucket, Key="empty", Body=b"")
+    async with engine.stream(bucket, "empty") as empty:
+        assert (empty.size, empty.length) == (0, 0)
+        assert [piece async for piece in empty] == []

@@ -14,6 +14,7 @@ from .errors import (
 )
 from .results import DownloadResult
 from .strategies import GetFirst, HeadFirst, Strategy
+from .streaming import ObjectStream
 
 __all__ = [
     "AccessDeniedError",
@@ -27,6 +28,7 @@ __all__ = [
     "InvalidRequestError",
     "ObjectChangedError",
     "ObjectNotFoundError",
+    "ObjectStream",
     "Strategy",
     "TransferConfig",
     "download",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from contextlib import AsyncExitStack
 from typing import Any
 
@@ -30,4 +31,16 @@ async def create_default_client(stack: AsyncExitStack, config: TransferConfig) -
         connect_timeout=config.connect_timeout,
     )
     session = get_session()
+    # botocore reads S3's models (a few MB of JSON) while it builds a client: ~60 ms
+    # that would block the event loop. Read them in a thread first; botocore's loader
+    # caches them, and create_client then takes a few ms on the loop.
+    await asyncio.to_thread(_load_models, session)
     return await stack.enter_async_context(session.create_client("s3", config=client_config))
+
+
+def _load_models(session: Any) -> None:
+    loader = session.get_component("data_loader")
+    for type_name in ("service-2", "endpoint-rule-set-1", "paginators-1"):
+        loader.load_service_model("s3", type_name)
+    for name in ("partitions", "endpoints", "_retry", "sdk-default-configuration"):
+        loader.load_data(name)

@@ -40,7 +40,7 @@ from .retry import backoff_delay, logger
 from .s3_source import ObjectMeta, Response, S3Object, normalize_etag
 from .signed_get import SignedGets
 from .strategies import Discovery, Strategy, resolve_strategy
-from .streaming import stream_object
+from .streaming import ObjectStream
 from .verify import Verification, Verifier
 from .writer import TempFile
 
@@ -267,14 +267,16 @@ class Engine:
         start: int = 0,
         end: int | None = None,
         extra_args: Mapping[str, str] | None = None,
-    ) -> AsyncGenerator[bytes]:
+    ) -> ObjectStream:
         """The bytes ``[start, end)`` of the object, in order, as they arrive.
 
         Parts are fetched concurrently (``config.stream_prefetch`` ahead of the
         reader, pinned with ``IfMatch``), so memory stays about
         ``stream_prefetch * chunk_size``. Closing the iterator early cancels them.
+        ``await stream.open()`` sends the first request and sets ``size``, ``etag``
+        and ``length`` before any byte is read (a web handler's headers, or its 404).
         """
-        return stream_object(self, bucket, key, start=start, end=end, extra_args=extra_args)
+        return ObjectStream(self, bucket, key, start=start, end=end, extra_args=extra_args)
 
     async def read_bytes(
         self,

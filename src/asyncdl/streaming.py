@@ -11,7 +11,6 @@ disconnects) cancels every part still in flight.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections import deque
 from collections.abc import AsyncGenerator, Mapping
 from typing import TYPE_CHECKING, Any
@@ -37,77 +36,147 @@ class QueueSink:
         self.queue.put_nowait(data)
 
 
-async def stream_object(
-    engine: Engine,
-    bucket: str,
-    key: str,
-    *,
-    start: int,
-    end: int | None,
-    extra_args: Mapping[str, str] | None,
-) -> AsyncGenerator[bytes]:
-    """See :meth:`Engine.stream`."""
-    check_bucket_and_key(bucket, key)
-    args = check_extra_args(extra_args, bucket=bucket, key=key)
-    if not isinstance(start, int) or isinstance(start, bool) or start < 0:
-        raise InvalidRequestError(
-            f"start must be an int >= 0, got {start!r}", bucket=bucket, key=key
-        )
-    if end is not None and (not isinstance(end, int) or isinstance(end, bool) or end < start):
-        raise InvalidRequestError(
-            f"end must be None or an int >= start ({start}), got {end!r}", bucket=bucket, key=key
-        )
-    if end == start:
-        return
-    obj = engine.s3_object(bucket, key, args)
-    try:
-        # Closing this generator must close the inner one at once (its finally cancels
-        # the prefetch), not whenever the garbage collector gets to it.
-        async with contextlib.aclosing(_stream(engine, obj, start, end)) as pieces:
-            async for piece in pieces:
-                yield piece
-    except (DownloadError, asyncio.CancelledError, GeneratorExit):
-        raise
-    except Exception as exc:
-        raise translate(exc, bucket=bucket, key=key) from exc
+class ObjectStream:
+    """The bytes ``[start, end)`` of an object, in order: an async iterator.
+
+    The first request goes out on :meth:`open` (or the first iteration); after it,
+    ``size`` (the object's), ``etag`` and ``length`` (the bytes this stream yields)
+    are known, so a web handler can send headers, or a 404, before any body.
+    Close it (``aclose()``, ``async with``) to cancel the prefetch.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        bucket: str,
+        key: str,
+        *,
+        start: int,
+        end: int | None,
+        extra_args: Mapping[str, str] | None,
+    ) -> None:
+        check_bucket_and_key(bucket, key)
+        args = check_extra_args(extra_args, bucket=bucket, key=key)
+        if not isinstance(start, int) or isinstance(start, bool) or start < 0:
+            raise InvalidRequestError(
+                f"start must be an int >= 0, got {start!r}", bucket=bucket, key=key
+            )
+        if end is not None and (not isinstance(end, int) or isinstance(end, bool) or end < start):
+            raise InvalidRequestError(
+                f"end must be None or an int >= start ({start}), got {end!r}",
+                bucket=bucket,
+                key=key,
+            )
+        self.bucket, self.key = bucket, key
+        self._engine = engine
+        self._obj = engine.s3_object(bucket, key, args)
+        self._start, self._end = start, end
+        #: The object's size, its ETag, and how many bytes this stream yields.
+        self.size: int | None = None
+        self.etag: str | None = None
+        self.length: int | None = None
+        self._pieces: AsyncGenerator[bytes] | None = None
+        self._closed = False
+
+    async def open(self) -> ObjectStream:
+        """Send the first request; raise (``ObjectNotFoundError``...) if it fails."""
+        if self._pieces is None:
+            if self._closed:
+                raise RuntimeError("the stream is closed")
+            try:
+                self._pieces = await self._first()
+            except DownloadError:
+                raise
+            except Exception as exc:
+                raise translate(exc, bucket=self.bucket, key=self.key) from exc
+        return self
+
+    def __aiter__(self) -> ObjectStream:
+        return self
+
+    async def __anext__(self) -> bytes:
+        pieces = self._pieces or (await self.open())._pieces
+        assert pieces is not None
+        try:
+            return await anext(pieces)
+        except (DownloadError, StopAsyncIteration, asyncio.CancelledError):
+            raise
+        except Exception as exc:
+            raise translate(exc, bucket=self.bucket, key=self.key) from exc
+
+    async def aclose(self) -> None:
+        """Cancel whatever is in flight; idempotent."""
+        self._closed = True
+        if self._pieces is not None:
+            await self._pieces.aclose()
+
+    async def __aenter__(self) -> ObjectStream:
+        return await self.open()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def _first(self) -> AsyncGenerator[bytes]:
+        engine, obj, start, end = self._engine, self._obj, self._start, self._end
+        if end == start:
+            self.length = 0
+            return _nothing()
+        chunk = engine.config.chunk_size
+        first_end = start + chunk if end is None else min(end, start + chunk)
+        try:
+            first = await obj.get(ByteRange(start, first_end), if_match=None)
+        except RangeNotSatisfiable as exc:
+            if exc.actual_size is not None and start >= exc.actual_size:
+                if start > exc.actual_size:
+                    raise obj.error(
+                        f"start {start} is past the end of the {exc.actual_size}-byte object",
+                        InvalidRequestError,
+                    ) from None
+                self.size, self.etag, self.length = exc.actual_size, exc.etag, 0
+                return _nothing()  # an empty object, or a range that starts at its end
+            raise
+        if first.status == 200 and first.content_range is None:
+            # The server ignored Range: the body is the whole object; keep [start, end).
+            self.size, self.etag = first.content_length, first.etag
+            self.length = max(0, min(end if end is not None else self.size, self.size) - start)
+            return _slice(first, start, end)
+        content_range = first.content_range
+        if content_range is None or content_range.start != start:
+            first.close()
+            raise obj.error(f"asked for bytes from {start}, got Content-Range {content_range}")
+        self.size, self.etag = content_range.total, first.etag
+        stop = self.size if end is None else min(end, self.size)
+        self.length = stop - start
+        return _prefetch(engine, obj, first, stop)
 
 
-async def _stream(
-    engine: Engine, obj: S3Object, start: int, end: int | None
+async def _nothing() -> AsyncGenerator[bytes]:
+    return
+    yield  # pragma: no cover - makes this an async generator
+
+
+async def _prefetch(
+    engine: Engine, obj: S3Object, first: Response, stop: int
 ) -> AsyncGenerator[bytes]:
+    """Yield the parts in order while up to ``stream_prefetch`` of them are fetched."""
+    assert first.content_range is not None
+    size, etag = first.content_range.total, first.etag
     chunk = engine.config.chunk_size
-    first_end = start + chunk if end is None else min(end, start + chunk)
-    try:
-        first: Response | None = await obj.get(ByteRange(start, first_end), if_match=None)
-    except RangeNotSatisfiable as exc:
-        if exc.actual_size is not None and start >= exc.actual_size:
-            if start > exc.actual_size:
-                raise obj.error(
-                    f"start {start} is past the end of the {exc.actual_size}-byte object",
-                    InvalidRequestError,
-                ) from None
-            return  # an empty object, or a range that starts at its end
-        raise
-    assert first is not None
-    if first.status == 200 and first.content_range is None:
-        # The server ignored Range: the body is the whole object; keep [start, end).
-        async for piece in _slice(first, start, end):
-            yield piece
-        return
-    content_range = first.content_range
-    if content_range is None or content_range.start != start:
-        first.close()
-        raise obj.error(f"asked for bytes from {start}, got Content-Range {content_range}")
-    size, etag = content_range.total, first.etag
-    stop = size if end is None else min(end, size)
+    opened: Response | None = first
     window: deque[tuple[QueueSink, asyncio.Task[None]]] = deque()
-    ranges = plan_ranges(stop, chunk, content_range.end)
+    ranges = plan_ranges(stop, chunk, first.content_range.end)
     try:
         opening = _launch(
-            engine, obj, etag=etag, size=size, start=start, end=content_range.end, response=first
+            engine,
+            obj,
+            etag=etag,
+            size=size,
+            start=first.content_range.start,
+            end=first.content_range.end,
+            response=first,
         )
         window.append(opening)
-        first = None  # its task owns it now
+        opened = None  # its task owns it now
         while window:
             while len(window) < engine.config.stream_prefetch:
                 byte_range = next(ranges, None)
@@ -132,8 +201,8 @@ async def _stream(
             window.popleft()
             await task
     finally:
-        if first is not None:
-            first.close()
+        if opened is not None:
+            opened.close()
         for _, task in window:
             task.cancel()
         await asyncio.gather(*(task for _, task in window), return_exceptions=True)
