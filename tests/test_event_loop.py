@@ -1,0 +1,61 @@
+"""asyncdl never blocks the event loop: asyncio's debug mode flags any callback
+(a step of a task) that runs longer than 50 ms; none of asyncdl's may."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import asyncdl
+from asyncdl.testing.tcp_proxy import TcpProxy
+
+from .conftest import CHUNK, payload
+
+
+@contextlib.contextmanager
+def loop_debug(loop: asyncio.AbstractEventLoop, slow: float) -> Iterator[None]:
+    debug, duration = loop.get_debug(), loop.slow_callback_duration
+    loop.set_debug(True)
+    loop.slow_callback_duration = slow
+    try:
+        yield
+    finally:
+        loop.set_debug(debug)
+        loop.slow_callback_duration = duration
+
+
+async def test_no_slow_callbacks(
+    s3: Any,
+    bucket: str,
+    proxy: TcpProxy,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", proxy.url)
+    objects = {f"small/{i}": payload(1000 + i, seed=i) for i in range(100)}
+    for key, data in objects.items():
+        s3.put_object(Bucket=bucket, Key=key, Body=data)
+    s3.put_object(Bucket=bucket, Key="big", Body=payload(40 * CHUNK), ChecksumAlgorithm="CRC32")
+    caplog.set_level(logging.WARNING, logger="asyncio")
+    loop = asyncio.get_running_loop()
+    config = asyncdl.TransferConfig(chunk_size=CHUNK, max_concurrency=16, validate="required")
+    with loop_debug(loop, 0.05):
+        # The engine creates its own client here: botocore's model loading included.
+        async with asyncdl.Engine(config=config) as engine:
+            results = [r async for r in engine.download_prefix(bucket, "small/", tmp_path)]
+            big = await engine.download(bucket, "big", tmp_path / "big", strategy="head-first")
+            streamed = [piece async for piece in engine.stream(bucket, "big")]
+    assert all(r.ok for r in results)
+    assert big.verified
+    assert sum(map(len, streamed)) == 40 * CHUNK
+    # Only asyncdl runs on this loop here (moto and the proxy have their own threads),
+    # so every slow step is asyncdl's, even one that asyncio attributes to this test.
+    slow = [r.getMessage() for r in caplog.records if "took" in r.getMessage()]
+    assert slow == [], slow
