@@ -16,6 +16,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from .errors import DownloadError, InvalidRequestError, translate
+from .progress import ProgressCallback
 from .request_args import redacted
 from .results import DownloadResult
 from .strategies import Strategy
@@ -73,6 +74,7 @@ async def download_many(
     strategy: str | Strategy,
     extra_args: Mapping[str, str] | None,
     timeout: float | None = None,
+    progress: ProgressCallback | None = None,
 ) -> AsyncGenerator[DownloadResult]:
     """See :meth:`Engine.download_many`. Items may also be ready-made (failed) results."""
     limit = engine.config.max_concurrency
@@ -92,7 +94,16 @@ async def download_many(
                     continue
                 request = as_request(item)
                 running.add(
-                    asyncio.create_task(_one(engine, request, strategy, extra_args, timeout))
+                    asyncio.create_task(
+                        _one(
+                            engine,
+                            request,
+                            strategy=strategy,
+                            extra_args=extra_args,
+                            timeout=timeout,
+                            progress=progress,
+                        )
+                    )
                 )
             if not running:
                 return
@@ -110,9 +121,11 @@ async def download_many(
 async def _one(
     engine: Engine,
     request: DownloadRequest,
+    *,
     strategy: str | Strategy,
     extra_args: Mapping[str, str] | None,
     timeout: float | None,
+    progress: ProgressCallback | None,
 ) -> DownloadResult:
     try:
         return await engine.download(
@@ -125,6 +138,7 @@ async def _one(
             etag=request.etag,
             timeout=timeout,
             checksum=request.checksum,
+            progress=progress,
         )
     except DownloadError as error:
         return failed(request.bucket, request.key, request.path, error, strategy)
@@ -162,6 +176,7 @@ async def download_prefix(
     strategy: str | Strategy,
     extra_args: Mapping[str, str] | None,
     timeout: float | None = None,
+    progress: ProgressCallback | None = None,
 ) -> AsyncGenerator[DownloadResult]:
     """See :meth:`Engine.download_prefix`."""
     root = _check_dest_dir(dest_dir, bucket=bucket, prefix=prefix)
@@ -169,7 +184,12 @@ async def download_prefix(
         engine, bucket=bucket, prefix=prefix, root=root, strategy=strategy, extra_args=extra_args
     )
     results = download_many(
-        engine, listing, strategy=strategy, extra_args=extra_args, timeout=timeout
+        engine,
+        listing,
+        strategy=strategy,
+        extra_args=extra_args,
+        timeout=timeout,
+        progress=progress,
     )
     # Closing this generator closes the inner one at once: in-flight downloads are
     # cancelled and their temp files removed now, not when the collector runs.

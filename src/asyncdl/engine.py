@@ -33,6 +33,7 @@ from .errors import (
     is_retryable,
     translate,
 )
+from .progress import ProgressCallback, Reporter
 from .ranges import ByteRange, plan_ranges
 from .request_args import check_bucket_and_key, check_extra_args
 from .results import DownloadResult
@@ -55,6 +56,7 @@ class _Transfer:
     etag: str | None
     size: int
     verifier: Verifier
+    progress: Reporter
 
 
 @dataclass(slots=True)
@@ -144,8 +146,13 @@ class Engine:
         etag: str | None = None,
         timeout: float | None = None,
         checksum: str | None = None,
+        progress: ProgressCallback | None = None,
     ) -> DownloadResult:
         """Download ``s3://bucket/key`` to ``path``.
+
+        ``progress(delta, total)`` (sync or async) is called as bytes reach the file,
+        with the object's size as ``total``; bytes a download discards are reported
+        back as a negative delta.
 
         ``checksum`` (``"CRC64NVME:base64..."``) is S3's checksum of the object when
         the caller knows it; the bytes are checked against it per ``config.validate``.
@@ -188,13 +195,21 @@ class Engine:
             except (ValueError, AttributeError) as exc:
                 raise InvalidRequestError(str(exc), bucket=bucket, key=key) from None
         obj = self.s3_object(bucket, key, args)
+        reporter = Reporter(progress)
         deadline = asyncio.timeout(timeout)
         try:
             async with deadline:
                 discovery, verification = await self._download_verified(
-                    obj, strategy=chosen, target=target, size=size, etag=etag, expected=expected
+                    obj,
+                    strategy=chosen,
+                    target=target,
+                    size=size,
+                    etag=etag,
+                    expected=expected,
+                    progress=reporter,
                 )
         except Exception as exc:
+            await reporter.rewind()  # nothing of it was kept
             if isinstance(exc, TimeoutError) and deadline.expired():
                 error = DownloadError(f"did not finish within {timeout:g}s", bucket=bucket, key=key)
             else:
@@ -225,14 +240,16 @@ class Engine:
         size: int | None,
         etag: str | None,
         expected: ExpectedChecksum | None,
+        progress: Reporter,
     ) -> tuple[Discovery, Verification]:
         """Discover and fetch; after a checksum mismatch, one fresh attempt at most,
         pinned to the same ETag (a mismatch is not retried blindly)."""
         discovery = await self._discover(obj, strategy, size, etag, expected)
         verifier = Verifier(self.config.validate, expected or discovery.checksum)
         verifier.pending, discovery.checksum_head = discovery.checksum_head, None
+        progress.total = discovery.size
         try:
-            return discovery, await self._fetch(obj, discovery, target, verifier)
+            return discovery, await self._fetch(obj, discovery, target, verifier, progress)
         except ChecksumError as exc:
             if verifier.expected is None or discovery.etag is None or verifier.policy == "off":
                 raise
@@ -243,9 +260,10 @@ class Engine:
                 discovery.etag,
                 exc.message,
             )
+        await progress.rewind()  # the fresh attempt fetches every byte again
         fresh = Discovery(size=discovery.size, etag=discovery.etag)
         verifier = Verifier(self.config.validate, verifier.expected)
-        return fresh, await self._fetch(obj, fresh, target, verifier)
+        return fresh, await self._fetch(obj, fresh, target, verifier, progress)
 
     def s3_object(self, bucket: str, key: str, extra_args: Mapping[str, str]) -> S3Object:
         """The requests of one object through this engine's client and budget."""
@@ -267,6 +285,7 @@ class Engine:
         start: int = 0,
         end: int | None = None,
         extra_args: Mapping[str, str] | None = None,
+        progress: ProgressCallback | None = None,
     ) -> ObjectStream:
         """The bytes ``[start, end)`` of the object, in order, as they arrive.
 
@@ -276,7 +295,9 @@ class Engine:
         ``await stream.open()`` sends the first request and sets ``size``, ``etag``
         and ``length`` before any byte is read (a web handler's headers, or its 404).
         """
-        return ObjectStream(self, bucket, key, start=start, end=end, extra_args=extra_args)
+        return ObjectStream(
+            self, bucket, key, start=start, end=end, extra_args=extra_args, progress=progress
+        )
 
     async def read_bytes(
         self,
@@ -322,7 +343,7 @@ class Engine:
     ) -> None:
         """Fetch bytes ``[start, end)`` into ``sink`` (anything with ``write(offset,
         data)``), with the same retries and resumption as a download's parts."""
-        transfer = _Transfer(obj, sink, etag, size, Verifier("off", None))
+        transfer = _Transfer(obj, sink, etag, size, Verifier("off", None), Reporter(None))
         await self._fetch_part(transfer, _Part(start, end), response)
 
     def download_many(
@@ -332,6 +353,7 @@ class Engine:
         strategy: str | Strategy = "auto",
         extra_args: Mapping[str, str] | None = None,
         timeout: float | None = None,
+        progress: ProgressCallback | None = None,
     ) -> AsyncGenerator[DownloadResult]:
         """Download every item; yield one result per item, in completion order.
 
@@ -343,7 +365,12 @@ class Engine:
         (at once with ``contextlib.aclosing``, else when the iterator is collected).
         """
         return bulk.download_many(
-            self, items, strategy=strategy, extra_args=extra_args, timeout=timeout
+            self,
+            items,
+            strategy=strategy,
+            extra_args=extra_args,
+            timeout=timeout,
+            progress=progress,
         )
 
     def download_prefix(
@@ -355,6 +382,7 @@ class Engine:
         strategy: str | Strategy = "auto",
         extra_args: Mapping[str, str] | None = None,
         timeout: float | None = None,
+        progress: ProgressCallback | None = None,
     ) -> AsyncGenerator[DownloadResult]:
         """Download every object under ``s3://bucket/prefix`` into ``dest_dir``.
 
@@ -445,7 +473,12 @@ class Engine:
         return failures
 
     async def _fetch(
-        self, obj: S3Object, discovery: Discovery, target: Path, verifier: Verifier
+        self,
+        obj: S3Object,
+        discovery: Discovery,
+        target: Path,
+        verifier: Verifier,
+        progress: Reporter,
     ) -> Verification:
         """Write every byte of the object into a temp file, check it, then publish it."""
         config = self.config
@@ -464,7 +497,7 @@ class Engine:
                 await temp.open()
             # Otherwise one sequential writer, small enough for one write: the file is
             # created, written, closed and renamed in one executor hop, not three.
-            transfer = _Transfer(obj, temp, etag, size, verifier)
+            transfer = _Transfer(obj, temp, etag, size, verifier, progress)
             if whole_in_first:
                 response, first = first, None
                 await self._fetch_part(transfer, _Part(0, size, crc_fn=verifier.crc), response)
@@ -606,6 +639,7 @@ class Engine:
         pending_size = 0
 
         crc = part.crc_fn
+        report = transfer.progress.add if transfer.progress.callback is not None else None
 
         async def flush() -> None:
             nonlocal pending_size
@@ -614,6 +648,8 @@ class Engine:
                 await temp.write(part.pos, data)
             else:
                 part.crc = await temp.write_crc(part.pos, data, crc, part.crc)
+            if report is not None:
+                await report(len(data))
             part.pos += len(data)
             pending.clear()
             pending_size = 0

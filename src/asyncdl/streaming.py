@@ -16,6 +16,7 @@ from collections.abc import AsyncGenerator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from .errors import DownloadError, InvalidRequestError, translate
+from .progress import ProgressCallback, Reporter
 from .ranges import ByteRange, plan_ranges
 from .request_args import check_bucket_and_key, check_extra_args
 from .s3_source import RangeNotSatisfiable, Response, S3Object
@@ -54,6 +55,7 @@ class ObjectStream:
         start: int,
         end: int | None,
         extra_args: Mapping[str, str] | None,
+        progress: ProgressCallback | None = None,
     ) -> None:
         check_bucket_and_key(bucket, key)
         args = check_extra_args(extra_args, bucket=bucket, key=key)
@@ -77,6 +79,7 @@ class ObjectStream:
         self.length: int | None = None
         self._pieces: AsyncGenerator[bytes] | None = None
         self._closed = False
+        self._progress = Reporter(progress)
 
     async def open(self) -> ObjectStream:
         """Send the first request; raise (``ObjectNotFoundError``...) if it fails."""
@@ -98,11 +101,14 @@ class ObjectStream:
         pieces = self._pieces or (await self.open())._pieces
         assert pieces is not None
         try:
-            return await anext(pieces)
+            piece = await anext(pieces)
         except (DownloadError, StopAsyncIteration, asyncio.CancelledError):
             raise
         except Exception as exc:
             raise translate(exc, bucket=self.bucket, key=self.key) from exc
+        self._progress.total = self.length or 0
+        await self._progress.add(len(piece))
+        return piece
 
     async def aclose(self) -> None:
         """Cancel whatever is in flight; idempotent."""
