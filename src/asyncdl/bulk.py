@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
+from aiofiles.os import wrap
+
 from .errors import DownloadError, InvalidRequestError, translate
 from .progress import ProgressCallback
 from .request_args import redacted
@@ -179,7 +181,7 @@ async def download_prefix(
     progress: ProgressCallback | None = None,
 ) -> AsyncGenerator[DownloadResult]:
     """See :meth:`Engine.download_prefix`."""
-    root = _check_dest_dir(dest_dir, bucket=bucket, prefix=prefix)
+    root = await _check_dest_dir_off_loop(dest_dir, bucket=bucket, prefix=prefix)
     listing = _list_requests(
         engine, bucket=bucket, prefix=prefix, root=root, strategy=strategy, extra_args=extra_args
     )
@@ -207,6 +209,10 @@ def _check_dest_dir(dest_dir: str | os.PathLike[str], *, bucket: str, prefix: st
     if root.exists() and not root.is_dir():
         raise InvalidRequestError(f"{str(root)!r} is not a directory", bucket=bucket, key=prefix)
     return root
+
+
+_check_dest_dir_off_loop = wrap(_check_dest_dir)
+_makedirs = wrap(os.makedirs)
 
 
 async def _list_requests(
@@ -237,7 +243,8 @@ async def _list_requests(
                     continue
                 target = root.joinpath(*relative.parts)
                 if target.parent not in made:
-                    target.parent.mkdir(parents=True, exist_ok=True)
+                    # Off the event loop: a busy disk can stall mkdir for long.
+                    await _makedirs(target.parent, exist_ok=True)
                     made.add(target.parent)
                 yield DownloadRequest(bucket, key, target, size=size, etag=entry.get("ETag"))
     except DownloadError:

@@ -19,6 +19,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
+from aiofiles.os import wrap
+
 from . import bulk
 from .bulk import DownloadItem
 from .checksums import ExpectedChecksum, parse_checksum
@@ -169,7 +171,8 @@ class Engine:
         client = self.client
         check_bucket_and_key(bucket, key)
         args = check_extra_args(extra_args, bucket=bucket, key=key)
-        target = _check_target(path, bucket=bucket, key=key)
+        # stat() can stall for long on a busy disk: off the event loop, like all file work.
+        target = await _check_target_off_loop(path, bucket=bucket, key=key)
         if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 0):
             raise InvalidRequestError(
                 f"size must be an int >= 0, got {size!r}", bucket=bucket, key=key
@@ -685,6 +688,17 @@ class Engine:
             raise obj.error(f"body ended at byte {part.pos}, expected {limit}")
 
 
+async def _check_target_off_loop(path: str | os.PathLike[str], *, bucket: str, key: str) -> Path:
+    try:
+        target = Path(os.fspath(path))
+    except TypeError:
+        raise InvalidRequestError(
+            f"path must be a str or os.PathLike, got {path!r}", bucket=bucket, key=key
+        ) from None
+    checked: Path = await _check_target_in_thread(target, bucket=bucket, key=key)
+    return checked
+
+
 def _check_target(path: str | os.PathLike[str], *, bucket: str, key: str) -> Path:
     """The target must be creatable in an existing, writable directory."""
     try:
@@ -735,3 +749,6 @@ def _first_failure(group: BaseExceptionGroup[BaseException]) -> BaseException:
 
 def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+_check_target_in_thread = wrap(_check_target)
