@@ -312,11 +312,6 @@ def worker_main(args: argparse.Namespace) -> None:
     report: dict[str, Any] = {"wall_s": meter.wall, "cpu_s": meter.cpu}
     report["verified"] = meter.verified
     report["peak_rss_kib"] = peak_rss_kib()
-    if args.worker.startswith("asyncdl"):
-        import asyncdl  # noqa: PLC0415 - already loaded by the run
-
-        bulk = hasattr(asyncdl.Engine, "download_many")
-        report["api"] = "Engine.download_many" if bulk else "Engine.download, N worker tasks"
     print(json.dumps({**report, "errors": len(errors), "first_errors": errors[:3]}))
 
 
@@ -414,7 +409,6 @@ def run_client(
         "first_errors": report["first_errors"],
         "bad_files": len(problems),
         "first_problems": problems[:3],
-        "api": report.get("api"),
     }
 
 

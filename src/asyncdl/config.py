@@ -75,8 +75,12 @@ class TransferConfig:
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
 
 
+def is_int_at_least(value: object, low: int) -> bool:
+    """An int (not a bool: ``True`` is a bug, not 1) that is at least ``low``."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= low
+
+
 def _check_int(name: str, value: object, low: int, high: int) -> None:
-    # bool is an int subclass; TransferConfig(max_concurrency=True) is a bug, not 1.
     if not isinstance(value, int) or isinstance(value, bool):
         raise ValueError(f"{name} must be an int, got {value!r}")
     if not low <= value <= high:

@@ -63,20 +63,14 @@ async def seed(endpoint: str, small: int, small_size: int, large_size: int) -> d
 
 
 async def run_strategy(
-    engine: Engine, strategy: str, keys: Iterable[str], dest: Path, concurrency: int
+    engine: Engine, strategy: str, keys: Iterable[str], dest: Path
 ) -> list[DownloadResult]:
-    """Download ``keys`` with ``concurrency`` workers pulling from one iterator."""
-    results: list[DownloadResult] = []
-    pending = iter(keys)
-
-    async def worker() -> None:
-        for key in pending:
-            path = dest / key.replace("/", "_")
-            results.append(await engine.download(BUCKET, key, path, strategy=strategy))
-
-    async with asyncio.TaskGroup() as tasks:
-        for _ in range(concurrency):
-            tasks.create_task(worker())
+    """Download ``keys`` through the engine's bulk API (its budget bounds concurrency)."""
+    items = ((BUCKET, key, dest / key.replace("/", "_")) for key in keys)
+    results = [result async for result in engine.download_many(items, strategy=strategy)]
+    failed = [result for result in results if result.error is not None]
+    if failed:
+        raise SystemExit(f"demo: {len(failed)} downloads failed, first: {failed[0].error}")
     return results
 
 
@@ -106,9 +100,7 @@ async def main_async(args: argparse.Namespace) -> list[Row]:
                 try:
                     proxy.reset_stats()
                     started = time.perf_counter()
-                    results = await run_strategy(
-                        engine, strategy, sorted(digests), dest, args.concurrency
-                    )
+                    results = await run_strategy(engine, strategy, sorted(digests), dest)
                     seconds = time.perf_counter() - started
                     check(results, digests)
                     rows.append(

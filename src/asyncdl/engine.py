@@ -25,7 +25,7 @@ from . import bulk
 from .bulk import DownloadItem
 from .checksums import ExpectedChecksum, parse_checksum
 from .clients import create_default_client
-from .config import TransferConfig, finite
+from .config import TransferConfig, finite, is_int_at_least
 from .errors import (
     ChecksumError,
     DownloadError,
@@ -171,9 +171,8 @@ class Engine:
         client = self.client
         check_bucket_and_key(bucket, key)
         args = check_extra_args(extra_args, bucket=bucket, key=key)
-        # stat() can stall for long on a busy disk: off the event loop, like all file work.
-        target = await _check_target_off_loop(path, bucket=bucket, key=key)
-        if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 0):
+        target: Path = await _check_target_off_loop(path, bucket=bucket, key=key)
+        if size is not None and not is_int_at_least(size, 0):
             raise InvalidRequestError(
                 f"size must be an int >= 0, got {size!r}", bucket=bucket, key=key
             )
@@ -312,7 +311,7 @@ class Engine:
     ) -> bytes:
         """The whole object in memory; an object larger than ``max_size`` is refused
         (after at most ``max_size + 1`` bytes) instead of filling memory."""
-        if not isinstance(max_size, int) or isinstance(max_size, bool) or max_size < 0:
+        if not is_int_at_least(max_size, 0):
             raise InvalidRequestError(
                 f"max_size must be an int >= 0, got {max_size!r}", bucket=bucket, key=key
             )
@@ -688,17 +687,6 @@ class Engine:
             raise obj.error(f"body ended at byte {part.pos}, expected {limit}")
 
 
-async def _check_target_off_loop(path: str | os.PathLike[str], *, bucket: str, key: str) -> Path:
-    try:
-        target = Path(os.fspath(path))
-    except TypeError:
-        raise InvalidRequestError(
-            f"path must be a str or os.PathLike, got {path!r}", bucket=bucket, key=key
-        ) from None
-    checked: Path = await _check_target_in_thread(target, bucket=bucket, key=key)
-    return checked
-
-
 def _check_target(path: str | os.PathLike[str], *, bucket: str, key: str) -> Path:
     """The target must be creatable in an existing, writable directory."""
     try:
@@ -751,4 +739,5 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
-_check_target_in_thread = wrap(_check_target)
+# stat() can stall for long on a busy disk: the checks run in the executor.
+_check_target_off_loop = wrap(_check_target)

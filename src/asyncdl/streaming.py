@@ -15,6 +15,7 @@ from collections import deque
 from collections.abc import AsyncGenerator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from .config import is_int_at_least
 from .errors import DownloadError, InvalidRequestError, translate
 from .progress import ProgressCallback, Reporter
 from .ranges import ByteRange, plan_ranges
@@ -59,11 +60,11 @@ class ObjectStream:
     ) -> None:
         check_bucket_and_key(bucket, key)
         args = check_extra_args(extra_args, bucket=bucket, key=key)
-        if not isinstance(start, int) or isinstance(start, bool) or start < 0:
+        if not is_int_at_least(start, 0):
             raise InvalidRequestError(
                 f"start must be an int >= 0, got {start!r}", bucket=bucket, key=key
             )
-        if end is not None and (not isinstance(end, int) or isinstance(end, bool) or end < start):
+        if end is not None and not is_int_at_least(end, start):
             raise InvalidRequestError(
                 f"end must be None or an int >= start ({start}), got {end!r}",
                 bucket=bucket,
