@@ -63,6 +63,7 @@ METRICS = (
     "cpu_ms_per_object",
     "get_per_object",
     "head_per_object",
+    "part_gets_per_object",
     "peak_rss_mib",
     "mib_per_s",
     "max_in_flight",
@@ -318,8 +319,32 @@ def worker_main(args: argparse.Namespace) -> None:
 # -- the orchestrator: server, proxy, seeding, one subprocess per client and run --------
 
 
-async def seed(endpoint: str, bucket: str, objects: int, size: int) -> list[str]:
-    """Create ``bucket`` and put the objects; return each object's MD5 by index."""
+async def put_multipart(s3: Any, bucket: str, key: str, body: bytes, part_size: int) -> None:
+    """Upload ``body`` in parts with CRC32 checksums: S3 then keeps a COMPOSITE one."""
+    upload = await s3.create_multipart_upload(Bucket=bucket, Key=key, ChecksumAlgorithm="CRC32")
+    parts = []
+    for number, start in enumerate(range(0, len(body), part_size), start=1):
+        answer = await s3.upload_part(
+            Bucket=bucket,
+            Key=key,
+            UploadId=upload["UploadId"],
+            PartNumber=number,
+            Body=body[start : start + part_size],
+            ChecksumAlgorithm="CRC32",
+        )
+        parts.append(
+            {"PartNumber": number, "ETag": answer["ETag"], "ChecksumCRC32": answer["ChecksumCRC32"]}
+        )
+    await s3.complete_multipart_upload(
+        Bucket=bucket, Key=key, UploadId=upload["UploadId"], MultipartUpload={"Parts": parts}
+    )
+
+
+async def seed(
+    endpoint: str, bucket: str, objects: int, size: int, part_size: int | None = None
+) -> list[str]:
+    """Create ``bucket`` and put the objects (multipart, with ``part_size``); return each
+    object's MD5 by index."""
     from aiobotocore.session import get_session  # noqa: PLC0415
 
     digests = [""] * objects
@@ -332,7 +357,10 @@ async def seed(endpoint: str, bucket: str, objects: int, size: int) -> list[str]
             async with semaphore:
                 body = os.urandom(size)
                 digests[index] = hashlib.md5(body).hexdigest()
-                await s3.put_object(Bucket=bucket, Key=key_name(index), Body=body)
+                if part_size is not None:
+                    await put_multipart(s3, bucket, key_name(index), body, part_size)
+                else:
+                    await s3.put_object(Bucket=bucket, Key=key_name(index), Body=body)
 
         async with asyncio.TaskGroup() as tasks:
             for index in range(objects):
@@ -399,6 +427,7 @@ def run_client(
         "cpu_ms_per_object": report["cpu_s"] * 1000 / n,
         "get_per_object": sum(r.method == "GET" for r in requests) / n,
         "head_per_object": sum(r.method == "HEAD" for r in requests) / n,
+        "part_gets_per_object": sum("partNumber=" in r.path for r in requests) / n,
         "other_requests": sum(r.method not in ("GET", "HEAD") for r in requests),
         "max_in_flight": proxy.max_in_flight,
         "server_cpu_ms_per_object": server_cpu * 1000 / n,
@@ -463,6 +492,7 @@ def print_report(summary: dict[str, Any], args: argparse.Namespace, found: list[
         f"{'client':<26} {'wall s':>8} {'obj/s':>8} {'CPU ms/obj':>10} {'GET/obj':>7} "
         f"{'HEAD/obj':>8} {'verified':>8} {'RSS MiB':>7} {'in flight':>9} {'srv CPU ms/obj':>14}"
         + (f" {'MiB/s':>7}" if large else "")
+        + (f" {'part GET/obj':>12}" if args.multipart else "")
     )
     # What latency alone allows: one request per object, `concurrency` at a time.
     floor = -(-args.objects // args.concurrency) * args.rtt_ms / 1000
@@ -482,7 +512,8 @@ def print_report(summary: dict[str, Any], args: argparse.Namespace, found: list[
             f"{row['peak_rss_mib']:>7.1f} "
             f"{row['max_in_flight']:>9.0f} {row['server_cpu_ms_per_object']:>14.3f}"
         )
-        print(line + (f" {row['mib_per_s']:>7.1f}" if large else ""))
+        line += f" {row['mib_per_s']:>7.1f}" if large else ""
+        print(line + (f" {row['part_gets_per_object']:>12.2f}" if args.multipart else ""))
     if summary["ratios"]:
         print(f"\nagainst {BASELINE} (>1: slower / more CPU)")
         for client, ratio in summary["ratios"].items():
@@ -527,6 +558,11 @@ def main_bench(args: argparse.Namespace) -> int:
             from asyncdl.testing.moto_server import moto_server  # noqa: PLC0415
 
             endpoint = stack.enter_context(moto_server())
+            if args.part_gets:
+                # moto answers a PartNumber GET with the whole object; S3 with the part.
+                from asyncdl.testing.moto_server import serving_upload_parts  # noqa: PLC0415
+
+                stack.enter_context(serving_upload_parts())
         else:
             endpoint = args.endpoint_url
         from asyncdl.testing.tcp_proxy import TcpProxy  # noqa: PLC0415
@@ -534,7 +570,7 @@ def main_bench(args: argparse.Namespace) -> int:
         proxy = stack.enter_context(TcpProxy.for_url(endpoint, rtt_ms=args.rtt_ms))
         bucket = f"asyncdl-bench-{secrets.token_hex(4)}"
         started = time.perf_counter()
-        digests = asyncio.run(seed(endpoint, bucket, args.objects, args.size))
+        digests = asyncio.run(seed(endpoint, bucket, args.objects, args.size, args.multipart))
         print(
             f"seeded {args.objects} x {args.size} B into {bucket} on {endpoint} "
             f"in {time.perf_counter() - started:.1f}s; clients go through {proxy.url}; "
@@ -579,6 +615,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--runs", type=int, default=3, help="runs per client; medians (3)")
     parser.add_argument("--dest", help="directory for the files (default: system temp)")
     parser.add_argument("--json", help="write the results to this file")
+    parser.add_argument(
+        "--multipart",
+        type=parse_size,
+        help="upload each object in parts of this size, with a CRC32 (COMPOSITE) checksum",
+    )
+    parser.add_argument(
+        "--no-part-gets",
+        dest="part_gets",
+        action="store_false",
+        help="embedded moto answers PartNumber GETs as moto does (the whole object), not as S3",
+    )
     # Internal: how the orchestrator starts one client in a subprocess.
     parser.add_argument("--worker", choices=CLIENTS, help=argparse.SUPPRESS)
     parser.add_argument("--bucket", help=argparse.SUPPRESS)

@@ -77,10 +77,13 @@ def test_parsing() -> None:
             parse_checksum(bad)
     headers = {"x-amz-checksum-crc32": "DUoRhQ==", "x-amz-checksum-type": "FULL_OBJECT"}
     assert from_headers(headers, '"abc"') == ExpectedChecksum("CRC32", "DUoRhQ==")
-    # A multipart ETag with no checksum type: possibly COMPOSITE, never checked as full.
+    # A multipart ETag with no checksum type: possibly COMPOSITE, so a mismatch read as
+    # FULL_OBJECT proves nothing; a match in either reading verifies.
     assert from_botocore({"ChecksumCRC32": "28PLQA=="}, '"83be-2"') == ExpectedChecksum(
-        "CRC32", "28PLQA==", 2
+        "CRC32", "28PLQA==", 2, maybe_full=True
     )
+    declared = {"ChecksumCRC32": "28PLQA==-2", "ChecksumType": "COMPOSITE"}
+    assert from_botocore(declared, '"83be-2"') == ExpectedChecksum("CRC32", "28PLQA==", 2)
     assert from_headers({}, None) is None
 
 

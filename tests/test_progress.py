@@ -53,6 +53,12 @@ async def test_async_progress_and_many(
     results = [r async for r in engine.download_many(items, progress=record)]
     assert all(r.ok for r in results)
     assert sum(deltas) == sum(sizes.values())
+    deltas.clear()
+    listed = tmp_path / "listed"
+    listed.mkdir()
+    results = [r async for r in engine.download_prefix(bucket, "k", listed, progress=record)]
+    assert all(r.ok for r in results)
+    assert sum(deltas) == sum(sizes.values())
 
 
 async def test_progress_is_rewound_when_bytes_are_discarded(

@@ -6,7 +6,8 @@ computed while it streams and the parts are folded together in object order with
 CRC combine math (awscrt, in C), so a parallel download is verified without a
 second pass over the file. SHA1 and SHA256 do not combine: the finished file is
 hashed once. A COMPOSITE checksum (``...-N``) is a checksum of the upload's part
-checksums; it cannot be checked without the upload's part boundaries.
+checksums; it is checked along the upload's part boundaries (PartNumber GETs): each
+part's checksum from its bytes, then the algorithm over their concatenation.
 """
 
 from __future__ import annotations
@@ -41,12 +42,20 @@ class ExpectedChecksum:
     algorithm: str
     #: Base64, as S3 sends it, without a composite ``-N`` suffix.
     value: str
-    #: The number of upload parts of a COMPOSITE checksum; ``None`` for FULL_OBJECT.
+    #: The number of upload parts of a COMPOSITE checksum; ``None`` for FULL_OBJECT
+    #: (0: COMPOSITE, count unsaid).
     parts: int | None = None
+    #: The type went unsaid and was guessed COMPOSITE from a multipart ETag: the value
+    #: may still be a FULL_OBJECT one, so either reading may confirm the bytes.
+    maybe_full: bool = False
 
     def __str__(self) -> str:
-        suffix = f"-{self.parts}" if self.parts is not None else ""
+        suffix = f"-{self.parts}" if self.parts else ""
         return f"{self.algorithm}:{self.value}{suffix}"
+
+    def as_full(self) -> ExpectedChecksum:
+        """The same value read as a FULL_OBJECT checksum."""
+        return ExpectedChecksum(self.algorithm, self.value)
 
     @property
     def composite(self) -> bool:
@@ -63,20 +72,26 @@ def parse_checksum(text: str) -> ExpectedChecksum:
 
 
 def from_headers(headers: Mapping[str, str], etag: str | None) -> ExpectedChecksum | None:
-    """The checksum of a whole-object response's (lower-cased) HTTP headers."""
+    """The checksum of a response's (lower-cased) HTTP headers.
+
+    ``etag=None`` reads it as an upload part's: its own value, whatever the object's type.
+    """
     for algorithm in ALGORITHMS:
         value = headers.get(f"x-amz-checksum-{algorithm.lower()}")
         if value:
-            return _make(algorithm, value, headers.get("x-amz-checksum-type"), etag)
+            kind = headers.get("x-amz-checksum-type") if etag is not None else None
+            return _make(algorithm, value, kind, etag)
     return None
 
 
 def from_botocore(response: Mapping[str, Any], etag: str | None) -> ExpectedChecksum | None:
-    """The checksum of a parsed botocore HEAD/GET response (``ChecksumCRC32``...)."""
+    """The checksum of a parsed botocore HEAD/GET response (``ChecksumCRC32``...);
+    ``etag=None`` as in :func:`from_headers`."""
     for algorithm in ALGORITHMS:
         value = response.get(f"Checksum{algorithm}")
         if value:
-            return _make(algorithm, value, response.get("ChecksumType"), etag)
+            kind = response.get("ChecksumType") if etag is not None else None
+            return _make(algorithm, value, kind, etag)
     return None
 
 
@@ -90,7 +105,7 @@ def _make(
         # A multipart object whose checksum type went unsaid (moto's HEAD omits it):
         # its checksum may be COMPOSITE, so it must not be checked as FULL_OBJECT.
         parts = int(etag.strip('"').rsplit("-", 1)[1])
-        return ExpectedChecksum(algorithm, value, parts)
+        return ExpectedChecksum(algorithm, value, parts, maybe_full=True)
     if checksum_type == "COMPOSITE":
         return ExpectedChecksum(algorithm, value, 0)
     try:
@@ -100,12 +115,25 @@ def _make(
     return ExpectedChecksum(algorithm, value)
 
 
+def raw_crc(algorithm: str, crc: int) -> bytes:
+    """A CRC as the big-endian bytes S3 base64-encodes (and concatenates for a COMPOSITE)."""
+    return crc.to_bytes(_CRC[algorithm][2], "big")
+
+
+def composite_of(algorithm: str, part_checksums: list[bytes]) -> str:
+    """S3's COMPOSITE checksum: the algorithm over the concatenated raw part checksums."""
+    joined = b"".join(part_checksums)
+    if algorithm in _CRC:
+        return encode_crc(algorithm, crc_function(algorithm)(joined, 0))
+    return base64.b64encode(sha_of(algorithm, joined).digest()).decode("ascii")
+
+
 def crc_function(algorithm: str) -> Callable[[bytes, int], int]:
     return _CRC[algorithm][0]
 
 
 def encode_crc(algorithm: str, crc: int) -> str:
-    return base64.b64encode(crc.to_bytes(_CRC[algorithm][2], "big")).decode("ascii")
+    return base64.b64encode(raw_crc(algorithm, crc)).decode("ascii")
 
 
 def sha_of(algorithm: str, data: bytes = b"") -> Any:

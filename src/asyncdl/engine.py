@@ -96,6 +96,9 @@ class Engine:
         self._stack = AsyncExitStack()
         self._semaphore = asyncio.Semaphore(self.config.max_concurrency)
         self._signed: SignedGets | None = None
+        #: Whether the server answers PartNumber GETs with the part (``None``: not
+        #: asked yet). One engine talks to one endpoint, so asking once is enough.
+        self._part_gets: bool | None = None
         self._open = False
 
     async def __aenter__(self) -> Self:
@@ -253,7 +256,7 @@ class Engine:
         try:
             return discovery, await self._fetch(obj, discovery, target, verifier, progress)
         except ChecksumError as exc:
-            if verifier.expected is None or discovery.etag is None or verifier.policy == "off":
+            if not exc.mismatch or discovery.etag is None or verifier.policy == "off":
                 raise
             logger.info(
                 "checksum mismatch on s3://%s/%s; one fresh attempt at ETag %s: %s",
@@ -401,6 +404,7 @@ class Engine:
             strategy=strategy,
             extra_args=extra_args,
             timeout=timeout,
+            progress=progress,
         )
 
     async def _discover(
@@ -489,7 +493,13 @@ class Engine:
         # One response holds the whole object (the open first one, or one plain GET,
         # which works for empty objects where any Range is a 416): no part tasks.
         whole_in_first = first is not None and discovery.first_end == size
-        one_plain_get = first is None and not discovery.complete and size <= config.chunk_size
+        one_plain_get = (
+            first is None
+            and not discovery.complete
+            and size <= config.chunk_size
+            # A COMPOSITE checksum is checked only along upload parts, not in one GET.
+            and not (verifier.wants_parts and size > 0)
+        )
         try:
             # Held before any await, so a cancelled create is still cleaned up.
             temp = TempFile(target, size, fsync=config.fsync)
@@ -507,7 +517,7 @@ class Engine:
                 await self._fetch_part(transfer, _Part(0, size, crc_fn=verifier.crc), None)
             elif not discovery.complete:
                 first, opened = None, first
-                await self._fetch_parts(transfer, opened, discovery.first_end)
+                await self._fetch_body(transfer, opened, discovery.first_end)
             verification = await verifier.finish(temp, obj, etag)
             await temp.commit()
             return verification
@@ -523,16 +533,138 @@ class Engine:
                 raise failure from failure.__cause__
             raise
 
-    async def _fetch_parts(
+    async def _fetch_body(
         self, transfer: _Transfer, first: Response | None, first_end: int
     ) -> None:
-        """Fetch a multi-part object: the open first response, then the rest in parallel."""
+        """Fetch an object of more than one request: by byte ranges, or along its upload
+        parts when only those can check its COMPOSITE checksum."""
+        verifier = transfer.verifier
+        offset = 0
+        if first is not None and (
+            verifier.wants_parts or (verifier.pending is not None and _multipart(transfer.etag))
+        ):
+            # The first answer's bytes are on their way: write them (which frees its
+            # slot), then learn from the HEAD sent with it whether a multipart object's
+            # checksum is COMPOSITE before choosing how to fetch the rest.
+            opened, first = first, None
+            await self._fetch_part(transfer, _Part(0, first_end, crc_fn=verifier.crc), opened)
+            offset = first_end
+            await verifier.settle(transfer.obj, transfer.etag)
+        if verifier.wants_parts:
+            if await self._fetch_by_part_number(transfer, offset):
+                return
+            # Fail before the bytes, not after them, when nothing could check them.
+            verifier.refuse_if_uncheckable(transfer.obj)
+        await self._fetch_parts(transfer, first, first_end, offset)
+
+    async def _fetch_by_part_number(self, transfer: _Transfer, written: int) -> bool:
+        """Fetch every upload part with ``PartNumber`` GETs, in parallel; ``False`` (and
+        nothing written) when the server does not answer them part by part."""
+        verifier = transfer.verifier
+        if self._part_gets is False:
+            verifier.parts_reason = _NO_PART_GETS
+            return False
+        first = await self._request_numbered(transfer, 1, probe=True)
+        if first is None:
+            self._part_gets = False
+            verifier.parts_reason = _NO_PART_GETS
+            return False
+        self._part_gets = True
+        # Bytes written before the parts were known are fetched again with part 1.
+        await transfer.progress.add(-written)
+        verifier.start_parts()
+        count = first.parts_count or 1
+        window = asyncio.Semaphore(self.config.max_concurrency)
+        try:
+            async with asyncio.TaskGroup() as tasks:
+                await window.acquire()
+                tasks.create_task(self._run_numbered(transfer, 1, first, window))
+                first = None  # the task owns it now
+                for number in range(2, count + 1):
+                    await window.acquire()
+                    tasks.create_task(self._run_numbered(transfer, number, None, window))
+        finally:
+            if first is not None:
+                first.close()
+        return True
+
+    async def _request_numbered(
+        self, transfer: _Transfer, number: int, *, probe: bool = False
+    ) -> Response | None:
+        """GET upload part ``number``, with retries; on a ``probe``, ``None`` when the
+        server answers with anything but that part."""
+        obj, verifier = transfer.obj, transfer.verifier
+        expected = verifier.expected
+        assert expected is not None
+        failures = 0
+        while True:
+            try:
+                response = await obj.get_part(number, if_match=transfer.etag)
+            except Exception as exc:
+                failures = await self._after_failure(obj, exc, failures, f"upload part {number}")
+                continue
+            content_range, count = response.content_range, response.parts_count
+            if response.status == 206 and content_range is not None and count is not None:
+                break
+            response.close()
+            if probe:
+                return None
+            raise obj.error(
+                f"upload part {number}: expected the part, got HTTP {response.status} "
+                f"with Content-Range {content_range} and parts count {count}"
+            )
+        if content_range.total != transfer.size:
+            response.close()
+            raise obj.error(
+                f"object size changed from {transfer.size} to {content_range.total}",
+                ObjectChangedError,
+            )
+        if expected.parts and count != expected.parts:
+            response.close()
+            raise ChecksumError(
+                f"the object has {count} upload parts; its COMPOSITE checksum {expected} "
+                f"says {expected.parts}",
+                bucket=obj.bucket,
+                key=obj.key,
+                mismatch=False,
+            )
+        return response
+
+    async def _run_numbered(
+        self,
+        transfer: _Transfer,
+        number: int,
+        response: Response | None,
+        window: asyncio.Semaphore,
+    ) -> None:
+        try:
+            if response is None:
+                response = await self._request_numbered(transfer, number)
+                assert response is not None
+            content_range = response.content_range
+            assert content_range is not None
+            transfer.verifier.note_part(
+                number, content_range.start, content_range.end, response.part_checksum
+            )
+            part = _Part(content_range.start, content_range.end, crc_fn=transfer.verifier.crc)
+            opened, response = response, None
+            # A retry of a cut part resumes with a pinned Range GET: its bounds are known.
+            await self._fetch_part(transfer, part, opened)
+        finally:
+            if response is not None:
+                response.close()
+            window.release()
+
+    async def _fetch_parts(
+        self, transfer: _Transfer, first: Response | None, first_end: int, offset: int = 0
+    ) -> None:
+        """Fetch a multi-part object: the open first response, then the rest in parallel
+        (from ``offset``: bytes before it are already written)."""
         config = self.config
         # Bounds this download's part tasks; the shared budget is taken per request.
         window = asyncio.Semaphore(config.max_concurrency)
         try:
             async with asyncio.TaskGroup() as tasks:
-                offset = 0
                 if first is not None:
                     await window.acquire()
                     part = _Part(0, first_end, crc_fn=transfer.verifier.crc)
@@ -733,6 +865,17 @@ def _first_failure(group: BaseExceptionGroup[BaseException]) -> BaseException:
         if not isinstance(leaf, asyncio.CancelledError):
             return leaf
     return leaves[0] if leaves else asyncio.CancelledError()
+
+
+_NO_PART_GETS = (
+    "the server answers a PartNumber GET with the whole object, not the upload part, "
+    "so the object's COMPOSITE checksum (one per upload part) cannot be checked"
+)
+
+
+def _multipart(etag: str | None) -> bool:
+    """A multipart upload's ETag ends in ``-<parts>``; its checksum may be COMPOSITE."""
+    return etag is not None and "-" in etag.strip('"')
 
 
 def _describe(exc: BaseException) -> str:

@@ -49,6 +49,12 @@ class ChecksumError(DownloadError):
     """The bytes do not match S3's checksum, or ``validate="required"`` could not
     verify them. The target is left untouched."""
 
+    def __init__(self, message: str, *, bucket: str, key: str, mismatch: bool = True) -> None:
+        super().__init__(message, bucket=bucket, key=key)
+        #: ``True``: the bytes differed from S3's checksum (worth one fresh attempt);
+        #: ``False``: they could not be checked, which no attempt would change.
+        self.mismatch = mismatch
+
 
 class RetryableError(Exception):
     """Internal: a failure worth another attempt (never escapes the engine)."""
@@ -135,7 +141,9 @@ def translate(exc: BaseException, *, bucket: str, key: str, attempts: int = 1) -
             **where,
         )
     if isinstance(exc, botocore_errors.FlexibleChecksumError):
-        return ChecksumError(f"botocore's checksum check failed: {exc}", **where)
+        return ChecksumError(
+            f"botocore's checksum check failed: {exc}", bucket=bucket, key=key, mismatch=True
+        )
     if isinstance(exc, botocore_errors.ParamValidationError):
         return InvalidRequestError(f"invalid request parameters: {exc}", **where)
     if isinstance(exc, (RetryableError, *_TRANSPORT_ERRORS)):

@@ -50,6 +50,8 @@ class Response:
         "content_length",
         "content_range",
         "etag",
+        "part_checksum",
+        "parts_count",
         "status",
     )
 
@@ -63,11 +65,22 @@ class Response:
         body: Any,
         release: Callable[[], None],
         checksum: ExpectedChecksum | None = None,
+        part_checksum: ExpectedChecksum | None = None,
+        parts_count: int | None = None,
     ) -> None:
         self._release: Callable[[], None] | None = release
-        #: S3's full-object checksum, from a whole-object answer only (a ranged
-        #: answer's checksum headers, when any, describe an upload part).
-        self.checksum = checksum if status == 200 and not content_range else None
+        whole = status == 200 and not content_range
+        #: S3's full-object checksum, from a whole-object answer only.
+        self.checksum = checksum if whole else None
+        #: A partial answer's checksum is its upload part's (a PartNumber GET's, or a
+        #: range that is exactly one part); a ``-N`` value would be the object's.
+        self.part_checksum = (
+            part_checksum
+            if part_checksum is not None and not whole and not part_checksum.composite
+            else None
+        )
+        #: ``x-amz-mp-parts-count``: the object's upload parts, on a PartNumber GET.
+        self.parts_count = parts_count
         self.body = body
         self.status = status
         self.etag = etag
@@ -86,6 +99,8 @@ class Response:
             body=raw["Body"],
             release=release,
             checksum=_checksum_or_none(from_botocore, raw, raw.get("ETag")),
+            part_checksum=_checksum_or_none(from_botocore, raw, None),
+            parts_count=_int_or_none(raw.get("PartsCount")),
         )
 
     @classmethod
@@ -99,6 +114,8 @@ class Response:
             body=raw.body,
             release=release,
             checksum=_checksum_or_none(from_headers, headers, headers.get("etag")),
+            part_checksum=_checksum_or_none(from_headers, headers, None),
+            parts_count=_int_or_none(headers.get("x-amz-mp-parts-count")),
         )
 
     def close(self) -> None:
@@ -184,6 +201,23 @@ class S3Object:
         except BaseException:
             self._semaphore.release()
             raise
+        return self._pinned(response, if_match)
+
+    async def get_part(self, number: int, *, if_match: str | None) -> Response:
+        """GET upload part ``number`` of a multipart object (``PartNumber``), with the
+        part's checksum when the engine verifies."""
+        template = None
+        if self._signed is not None:
+            template = await self._signed.template(self.bucket, self._whole_args)
+        await self._semaphore.acquire()
+        try:
+            response = await self._send(template, None, if_match, part_number=number)
+        except BaseException:
+            self._semaphore.release()
+            raise
+        return self._pinned(response, if_match)
+
+    def _pinned(self, response: Response, if_match: str | None) -> Response:
         if if_match is not None and response.etag is not None and response.etag != if_match:
             # A server that ignores If-Match would otherwise mix two versions in one file.
             response.close()
@@ -194,7 +228,12 @@ class S3Object:
         return response
 
     async def _send(
-        self, template: GetTemplate | None, byte_range: ByteRange | None, if_match: str | None
+        self,
+        template: GetTemplate | None,
+        byte_range: ByteRange | None,
+        if_match: str | None,
+        *,
+        part_number: int | None = None,
     ) -> Response:
         """One GET (two if the lean path hands it back to botocore), counted."""
         range_header = byte_range.header() if byte_range is not None else None
@@ -202,7 +241,11 @@ class S3Object:
             self.requests += 1
             try:
                 raw = await self._signed.send(
-                    template, self.key, range_header=range_header, if_match=if_match
+                    template,
+                    self.key,
+                    range_header=range_header,
+                    if_match=if_match,
+                    part_number=part_number,
                 )
             except Fallback:
                 pass
@@ -212,6 +255,8 @@ class S3Object:
             params = {**self._params, "Range": range_header}
         else:
             params = {**self._params, **self._whole_args}
+        if part_number is not None:
+            params["PartNumber"] = part_number
         if if_match is not None:
             params["IfMatch"] = if_match
         raw_dict = await self._call(self._client.get_object, params)
@@ -247,4 +292,11 @@ def _checksum_or_none(
     try:
         return parse(source, etag)
     except ValueError:
+        return None
+
+
+def _int_or_none(value: Any) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except (TypeError, ValueError):
         return None

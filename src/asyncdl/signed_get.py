@@ -150,7 +150,13 @@ class SignedGets:
         return None  # pragma: no cover - a handler swallowed the capture
 
     async def send(
-        self, template: GetTemplate, key: str, *, range_header: str | None, if_match: str | None
+        self,
+        template: GetTemplate,
+        key: str,
+        *,
+        range_header: str | None,
+        if_match: str | None,
+        part_number: int | None = None,
     ) -> RawResponse:
         headers = dict(template.headers)
         if range_header is not None:
@@ -158,6 +164,8 @@ class SignedGets:
         if if_match is not None:
             headers["If-Match"] = if_match
         url = template.url_prefix + percent_encode(key, safe="/~") + template.url_suffix
+        if part_number is not None:
+            url += f"{'&' if '?' in url else '?'}partNumber={part_number}"
         request = AWSRequest(method="GET", url=url, headers=headers)
         request.stream_output = True
         if template.scope is not None:

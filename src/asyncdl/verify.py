@@ -5,15 +5,28 @@
 - ``"required"``: fail unless the whole object was checked against S3's checksum;
   GET-first then sends a HEAD alongside its first GET (same round trip).
 - ``"off"``: check nothing.
+
+A FULL_OBJECT CRC is checked by combining the parts' CRCs; SHA1/SHA256 by hashing
+the finished file. A COMPOSITE checksum (``-N``) is checked when the bytes came
+along the upload's parts (PartNumber GETs): every part against its own checksum,
+then the composite over them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .checksums import CRC_ALGORITHMS, CrcCombiner, ExpectedChecksum, crc_function
+from .checksums import (
+    CRC_ALGORITHMS,
+    CrcCombiner,
+    ExpectedChecksum,
+    composite_of,
+    crc_function,
+    raw_crc,
+)
 from .errors import ChecksumError, ObjectChangedError
 from .s3_source import ObjectMeta, S3Object
 from .writer import TempFile
@@ -39,10 +52,17 @@ class Verifier:
         self.combiner: CrcCombiner | None = None
         #: The CRC function parts feed while streaming, or ``None``.
         self.crc: Callable[[bytes, int], int] | None = None
-        #: A HEAD in flight that brings the checksum; awaited only in :meth:`finish`.
+        #: A HEAD in flight that brings the checksum; awaited only after the bytes.
         self.pending: asyncio.Task[ObjectMeta] | None = None
         #: Parts written before a CRC algorithm was known; hashed from the file later.
         self._unhashed: list[tuple[int, int]] = []
+        #: Fetched along upload parts (PartNumber GETs): number -> (start, end, the
+        #: part's checksum as the server sent it, if it did).
+        self._numbered: dict[int, tuple[int, int, ExpectedChecksum | None]] | None = None
+        #: The CRC of each numbered part, by its start offset.
+        self._part_crcs: dict[int, int] = {}
+        #: Why a COMPOSITE checksum could not be checked along upload parts.
+        self.parts_reason: str | None = None
         if expected is not None:
             self.adopt(expected)
 
@@ -50,20 +70,50 @@ class Verifier:
     def active(self) -> bool:
         return self.policy != "off"
 
+    @property
+    def wants_parts(self) -> bool:
+        """A COMPOSITE checksum is known: only PartNumber GETs can check it."""
+        return self.active and self.expected is not None and self.expected.composite
+
     def adopt(self, checksum: ExpectedChecksum | None) -> None:
-        """Take the first checksum seen; parts then compute CRCs if it is a full one."""
+        """Take the first checksum seen; parts then compute CRCs if it is one."""
         if not self.active or checksum is None or self.expected is not None:
             return
         self.expected = checksum
-        if checksum.algorithm in CRC_ALGORITHMS and not checksum.composite:
-            self.combiner = CrcCombiner(checksum.algorithm)
+        if checksum.algorithm in CRC_ALGORITHMS:
             self.crc = crc_function(checksum.algorithm)
+            if not checksum.composite or checksum.maybe_full:
+                self.combiner = CrcCombiner(checksum.algorithm)
+
+    def start_parts(self) -> None:
+        """The bytes are fetched again along upload parts: forget what came before."""
+        self._numbered = {}
+        self._part_crcs.clear()
+        self._unhashed.clear()
+        if self.combiner is not None:
+            self.combiner = CrcCombiner(self.combiner.algorithm)
+
+    def note_part(
+        self, number: int, start: int, end: int, checksum: ExpectedChecksum | None
+    ) -> None:
+        if self._numbered is not None:
+            self._numbered[number] = (start, end, checksum)
 
     def add_part(self, start: int, end: int, crc: int | None) -> None:
         if crc is None:
             self._unhashed.append((start, end))
-        elif self.combiner is not None:
+            return
+        if self.combiner is not None:
             self.combiner.add(start, end, crc)
+        if self._numbered is not None:
+            self._part_crcs[start] = crc
+
+    def refuse_if_uncheckable(self, obj: S3Object) -> None:
+        """``"required"`` with a COMPOSITE checksum and no upload parts to check it by:
+        raise now, before any more bytes are fetched in vain."""
+        expected = self.expected
+        if self.policy == "required" and expected is not None and not expected.maybe_full:
+            raise _unverifiable(obj, f"cannot verify: {self.parts_reason}")
 
     async def abandon(self) -> None:
         """The download failed: stop the checksum HEAD, if one is in flight."""
@@ -72,19 +122,22 @@ class Verifier:
             pending.cancel()
             await asyncio.gather(pending, return_exceptions=True)
 
+    async def settle(self, obj: S3Object, etag: str | None) -> None:
+        """Wait for the checksum HEAD, if one is in flight, and take its checksum."""
+        pending, self.pending = self.pending, None
+        if pending is None:
+            return
+        meta = await pending
+        if meta.etag is not None and etag is not None and meta.etag != etag:
+            raise obj.error(
+                f"ETag changed from {etag} to {meta.etag} during the download",
+                ObjectChangedError,
+            )
+        self.adopt(meta.checksum)
+
     async def finish(self, temp: TempFile, obj: S3Object, etag: str | None) -> Verification:
         """Check the written bytes before they are published; raise on a mismatch."""
-        bucket, key = obj.bucket, obj.key
-        pending, self.pending = self.pending, None
-        if pending is not None:
-            meta = await pending
-            if meta.etag is not None and etag is not None and meta.etag != etag:
-                raise ObjectChangedError(
-                    f"ETag changed from {etag} to {meta.etag} during the download",
-                    bucket=bucket,
-                    key=key,
-                )
-            self.adopt(meta.checksum)
+        await self.settle(obj, etag)
         if self.combiner is not None:
             for start, end in self._unhashed:
                 crc = await temp.crc(self.combiner.algorithm, start, end)
@@ -95,11 +148,10 @@ class Verifier:
             return Verification(None, False, "validation is off")
         if expected is None:
             if self.policy == "required":
-                raise ChecksumError(
+                raise _unverifiable(
+                    obj,
                     "the object has no stored checksum, so validate='required' cannot "
                     "verify it (upload it with a ChecksumAlgorithm, or relax the policy)",
-                    bucket=bucket,
-                    key=key,
                 )
             return Verification(
                 None,
@@ -108,26 +160,83 @@ class Verifier:
                 "validate='required', or listing metadata), or the object has none",
             )
         if expected.composite:
-            reason = (
-                f"{expected.algorithm} is a COMPOSITE checksum of the upload's parts, "
-                "which needs the part boundaries (PartNumber GETs) to check"
-            )
-            if self.policy == "required":
-                raise ChecksumError(f"cannot verify: {reason}", bucket=bucket, key=key)
-            return Verification(str(expected), False, reason)
+            return await self._finish_composite(temp, obj, expected)
         if self.combiner is not None:
-            actual = self.combiner.value(temp.size)
-            if actual is None:  # a part fed no CRC: a bug, never a pass
-                raise ChecksumError(
-                    "internal: not every byte was checksummed", bucket=bucket, key=key
-                )
+            actual = self._combined(temp, obj)
         else:
             actual = await temp.digest(expected.algorithm)
         if actual != expected.value:
-            raise ChecksumError(
+            raise obj.error(
                 f"{expected.algorithm} mismatch: S3 says {expected.value}, the bytes say "
                 f"{actual}; the file was not written",
-                bucket=bucket,
-                key=key,
+                ChecksumError,
             )
         return Verification(str(expected), True, None)
+
+    def _combined(self, temp: TempFile, obj: S3Object) -> str:
+        assert self.combiner is not None
+        actual = self.combiner.value(temp.size)
+        if actual is None:  # a part fed no CRC: a bug, never a pass
+            raise _unverifiable(obj, "internal: not every byte was checksummed")
+        return actual
+
+    async def _finish_composite(
+        self, temp: TempFile, obj: S3Object, expected: ExpectedChecksum
+    ) -> Verification:
+        # The type went unsaid: a FULL_OBJECT reading that matches settles it.
+        if (
+            expected.maybe_full
+            and self.combiner is not None
+            and self._combined(temp, obj) == expected.value
+        ):
+            return Verification(str(expected.as_full()), True, None)
+        if self._numbered is None:
+            reason = self.parts_reason or (
+                f"{expected.algorithm} is a COMPOSITE checksum of the upload's parts; "
+                "the object was fetched without PartNumber GETs, so it cannot be checked"
+            )
+            if self.policy == "required":
+                raise _unverifiable(obj, f"cannot verify: {reason}")
+            return Verification(str(expected), False, reason)
+        algorithm = expected.algorithm
+        raw: list[bytes] = []
+        position = 0
+        for number in sorted(self._numbered):
+            start, end, theirs = self._numbered[number]
+            if number != len(raw) + 1 or start != position:
+                raise _unverifiable(obj, f"internal: upload part {number} does not follow on")
+            position = end
+            if algorithm in CRC_ALGORITHMS:
+                crc = self._part_crcs.get(start)
+                if crc is None:
+                    crc = await temp.crc(algorithm, start, end)
+                ours = raw_crc(algorithm, crc)
+            else:
+                ours = base64.b64decode(await temp.digest(algorithm, start, end))
+            if (
+                theirs is not None
+                and theirs.algorithm == algorithm
+                and base64.b64decode(theirs.value) != ours
+            ):
+                raise obj.error(
+                    f"{algorithm} mismatch in upload part {number} (bytes [{start}, {end})): "
+                    f"S3 says {theirs.value}, the bytes say {base64.b64encode(ours).decode()}; "
+                    "the file was not written",
+                    ChecksumError,
+                )
+            raw.append(ours)
+        if position != temp.size:
+            raise _unverifiable(obj, "internal: the upload parts do not cover the object")
+        actual = composite_of(algorithm, raw)
+        if actual != expected.value:
+            raise obj.error(
+                f"{algorithm} COMPOSITE mismatch over {len(raw)} upload parts: S3 says "
+                f"{expected.value}, the bytes say {actual}; the file was not written",
+                ChecksumError,
+            )
+        return Verification(str(ExpectedChecksum(algorithm, expected.value, len(raw))), True, None)
+
+
+def _unverifiable(obj: S3Object, message: str) -> ChecksumError:
+    """Not a mismatch: the bytes could not be checked (no fresh attempt would help)."""
+    return ChecksumError(message, bucket=obj.bucket, key=obj.key, mismatch=False)

@@ -153,21 +153,23 @@ class TempFile:
         finally:
             self._leave()
 
-    async def digest(self, algorithm: str) -> str:
-        """SHA1/SHA256 of what was written, base64, as S3 writes it."""
+    async def digest(self, algorithm: str, start: int = 0, end: int | None = None) -> str:
+        """SHA1/SHA256 of bytes ``[start, end)`` as written (default: all), base64, as
+        S3 writes it."""
+        end = self.size if end is None else end
         if not self.opened:
-            return _b64(sha_of(algorithm, self._whole or b"").digest())
-        return await _digest(self, algorithm)
+            return _b64(sha_of(algorithm, (self._whole or b"")[start:end]).digest())
+        return await _digest(self, algorithm, start, end)
 
-    def _digest_sync(self, algorithm: str) -> str:
+    def _digest_sync(self, algorithm: str, start: int, end: int) -> str:
         self._enter()
         try:
             hasher = sha_of(algorithm)
-            offset = 0
-            while offset < self.size:
-                block = os.pread(self._fd, min(_READ_SIZE, self.size - offset), offset)
+            offset = start
+            while offset < end:
+                block = os.pread(self._fd, min(_READ_SIZE, end - offset), offset)
                 if not block:
-                    break
+                    raise OSError(errno.EIO, "temp file shorter than written", str(self.path))
                 hasher.update(block)
                 offset += len(block)
             return _b64(hasher.digest())
