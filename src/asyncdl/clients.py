@@ -12,11 +12,14 @@ from aiobotocore.session import get_session
 from .config import TransferConfig
 
 
-async def create_default_client(stack: AsyncExitStack, config: TransferConfig) -> Any:
+async def create_default_client(
+    stack: AsyncExitStack, config: TransferConfig, *, endpoint_url: str | None = None
+) -> Any:
     """An S3 client from the default session, closed when ``stack`` closes.
 
     The session honours the standard AWS environment and config files
-    (``AWS_ENDPOINT_URL_S3``, credentials, region).
+    (``AWS_ENDPOINT_URL_S3``, credentials, region); ``endpoint_url``, when given,
+    overrides the endpoint they name (the command line's ``--endpoint-url``).
     """
     client_config = AioConfig(
         # aiobotocore's default pool of 10 would queue an engine's extra requests.
@@ -35,7 +38,9 @@ async def create_default_client(stack: AsyncExitStack, config: TransferConfig) -
     # that would block the event loop. Read them in a thread first; botocore's loader
     # caches them, and create_client then takes a few ms on the loop.
     await asyncio.to_thread(_load_models, session)
-    return await stack.enter_async_context(session.create_client("s3", config=client_config))
+    return await stack.enter_async_context(
+        session.create_client("s3", config=client_config, endpoint_url=endpoint_url)
+    )
 
 
 def _load_models(session: Any) -> None:
