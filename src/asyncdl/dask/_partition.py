@@ -1,0 +1,300 @@
+"""What a worker does with one partition of the manifest: one call of ``download_many``.
+
+Rows are checked and confined (``dest_dir`` + key, or + the row's own relative
+``path``), skipped when ``skip_existing`` finds them already there, and the rest
+go through the process's one Engine. Every row comes back as exactly one result
+row, whatever happened to it: a bad row is a failed result, not a failed task.
+A task fails only if the worker dies, and then Dask runs the partition again:
+downloads write temp files that ``os.replace`` publishes, so a second run never
+leaves a duplicate or a half-written file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import os
+import socket
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from ..bulk import DownloadRequest, relative_path
+from ..config import TransferConfig
+from ..errors import InvalidRequestError
+from ..results import DownloadResult
+from ..strategies import Strategy
+from ..writer import is_temp_file
+from ._runtime import runtime
+from ._skip import SIDECAR_DIR, EtagStore, should_skip
+
+logger = logging.getLogger("asyncdl.dask")
+
+#: Per-item result columns and their dtypes; ``started``/``finished`` are the
+#: partition's (epoch seconds), for per-worker throughput.
+RESULT_DTYPES: dict[str, str] = {
+    "bucket": "object",
+    "key": "object",
+    "path": "object",
+    "status": "object",  # "downloaded", "skipped" or "failed"
+    "size": "int64",
+    "etag": "object",
+    "requests": "int64",
+    "error_type": "object",
+    "error": "object",
+    "worker": "object",
+    "started": "float64",
+    "finished": "float64",
+}
+
+
+def result_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """Rows as a frame with exactly :data:`RESULT_DTYPES` (also the Dask ``meta``)."""
+    columns = {name: [row[name] for row in rows] for name in RESULT_DTYPES}
+    return pd.DataFrame(columns).astype(RESULT_DTYPES)
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """What every partition of one run shares; pickled with each task."""
+
+    dest_dir: str
+    config: TransferConfig
+    strategy: str | Strategy
+    skip_existing: str | None
+    extra_args: Mapping[str, str] | None
+    timeout: float | None
+    #: Unique per run: Dask never serves a cached partition of an earlier run, and
+    #: the ETag sidecar is read afresh once per run and process.
+    run_id: str
+
+
+def run_partition(frame: pd.DataFrame, job: Job) -> pd.DataFrame:
+    """Download one partition; one result row per manifest row."""
+    started = time.time()
+    dest = Path(job.dest_dir)
+    store = _store(dest, job.run_id)
+    rows: list[dict[str, Any]] = []
+    requests: list[DownloadRequest] = []
+    made: set[Path] = set()
+    for raw in _raw_rows(frame):
+        try:
+            request = _request(raw, dest)
+        except InvalidRequestError as error:
+            rows.append(_failed_row(str(raw.get("bucket")), str(raw.get("key")), "", error))
+            continue
+        target = Path(request.path)
+        # Skip checks and mkdirs are blocking file work: here, in the task's own
+        # thread, before the loop sees the partition.
+        if job.skip_existing is not None and should_skip(
+            store, target, job.skip_existing, request.size, request.etag
+        ):
+            rows.append(_row(request.bucket, request.key, target, "skipped", request.size or 0))
+            rows[-1]["etag"] = request.etag
+            continue
+        if target.parent not in made:
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                refusal = InvalidRequestError(
+                    f"cannot create directory {str(target.parent)!r}: {exc.strerror}",
+                    bucket=request.bucket,
+                    key=request.key,
+                )
+                rows.append(_failed_row(request.bucket, request.key, str(target), refusal))
+                continue
+            made.add(target.parent)
+        requests.append(request)
+    if requests:
+        results = runtime().run(_download(requests, job, store))
+        rows.extend(_result_row(result) for result in results)
+    worker, finished = _worker_name(), time.time()
+    for row in rows:
+        row.update(worker=worker, started=started, finished=finished)
+    return result_frame(rows)
+
+
+async def _download(
+    requests: list[DownloadRequest], job: Job, store: EtagStore
+) -> list[DownloadResult]:
+    engine = await runtime().engine(job.config)
+    loop = asyncio.get_running_loop()
+    done: list[DownloadResult] = []
+    results = engine.download_many(
+        requests, strategy=job.strategy, extra_args=job.extra_args, timeout=job.timeout
+    )
+    async with contextlib.aclosing(results):
+        async for result in results:
+            done.append(result)
+            if result.ok and result.etag is not None:
+                try:
+                    # Off the loop: a slow disk must not hold up the other downloads.
+                    await loop.run_in_executor(None, store.record, result.path, result.etag)
+                except OSError as exc:
+                    # The file is right; only a later run's "etag" skip will miss it.
+                    logger.warning("could not record the ETag of %s: %s", result.path, exc)
+    return done
+
+
+_stores_lock = threading.Lock()
+_stores: dict[str, tuple[str, EtagStore]] = {}
+
+
+def _store(dest: Path, run_id: str) -> EtagStore:
+    """One ETag store per destination and process, renewed for each run."""
+    with _stores_lock:
+        held = _stores.get(str(dest))
+        if held is None or held[0] != run_id:
+            if held is not None:
+                held[1].close()
+            held = (run_id, EtagStore(dest))
+            _stores[str(dest)] = held
+        return held[1]
+
+
+def _raw_rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    columns = {str(name).lower(): name for name in frame.columns}
+    wanted = ("bucket", "key", "size", "etag", "path", "checksum")
+    present = {name: frame[columns[name]].tolist() for name in wanted if name in columns}
+    return [{name: values[i] for name, values in present.items()} for i in range(len(frame.index))]
+
+
+def _request(raw: Mapping[str, Any], dest: Path) -> DownloadRequest:
+    bucket, key = raw.get("bucket"), raw.get("key")
+    if not isinstance(bucket, str) or not bucket or not isinstance(key, str) or not key:
+        raise InvalidRequestError(
+            "bucket and key must be non-empty strings", bucket=str(bucket), key=str(key)
+        )
+    name = _text(raw.get("path")) or key
+    try:
+        relative = relative_path(name, "")
+    except ValueError as exc:
+        raise InvalidRequestError(str(exc), bucket=bucket, key=key) from None
+    size = raw.get("size")
+    if _missing(size):
+        size = None
+    else:
+        try:
+            size = _as_size(size)
+        except ValueError:
+            raise InvalidRequestError(
+                f"size must be an int >= 0, got {size!r}", bucket=bucket, key=key
+            ) from None
+    return DownloadRequest(
+        bucket,
+        key,
+        dest.joinpath(*relative.parts),
+        size=size,
+        etag=_text(raw.get("etag")),
+        checksum=_text(raw.get("checksum")),
+    )
+
+
+def _missing(value: object) -> bool:
+    return (
+        value is None
+        or value is pd.NA
+        or value == ""
+        or (isinstance(value, float) and math.isnan(value))
+    )
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _as_size(value: object) -> int:
+    """An int from a manifest cell: CSVs bring text, frames with gaps bring floats."""
+    if isinstance(value, bool):
+        raise ValueError(value)
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise ValueError(value)
+        value = int(value)
+    number = int(str(value))
+    if number < 0:
+        raise ValueError(value)
+    return number
+
+
+def _row(bucket: str, key: str, path: Path | str, status: str, size: int) -> dict[str, Any]:
+    return {
+        "bucket": bucket,
+        "key": key,
+        "path": str(path),
+        "status": status,
+        "size": size,
+        "etag": None,
+        "requests": 0,
+        "error_type": None,
+        "error": None,
+    }
+
+
+def _failed_row(bucket: str, key: str, path: str, error: Exception) -> dict[str, Any]:
+    row = _row(bucket, key, path, "failed", 0)
+    row.update(error_type=type(error).__name__, error=str(error))
+    return row
+
+
+def _result_row(result: DownloadResult) -> dict[str, Any]:
+    if result.error is not None:
+        row = _failed_row(result.bucket, result.key, str(result.path), result.error)
+    else:
+        row = _row(result.bucket, result.key, result.path, "downloaded", result.size)
+        row["etag"] = result.etag
+    row["requests"] = result.requests
+    return row
+
+
+def _worker_name() -> str:
+    try:
+        from distributed import get_worker  # noqa: PLC0415 - only inside a Dask worker
+
+        address: str = get_worker().address
+    except (ImportError, ValueError):
+        address = f"{socket.gethostname()}:{os.getpid()}"
+    return address
+
+
+def dest_problem(dest_dir: str) -> str | None:
+    """Why files cannot be written under ``dest_dir`` here, or ``None``. Creates nothing."""
+    path = Path(dest_dir)
+    if path.exists():
+        if not path.is_dir():
+            return f"{dest_dir!r} is not a directory"
+        probe = path
+    else:
+        probe = path.parent
+        while not probe.exists():
+            probe = probe.parent
+        if not probe.is_dir():
+            return f"{str(probe)!r} (on the way to {dest_dir!r}) is not a directory"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return f"{str(probe)!r} is not writable"
+    return None
+
+
+def remove_temp_files(dest_dir: str) -> int:
+    """Remove asyncdl temp files under ``dest_dir``; return how many.
+
+    Only a process killed mid-download leaves one (every other failure removes its
+    own), so after a run, with nothing in flight, each one left is an orphan.
+    """
+    removed = 0
+    for directory, subdirs, files in os.walk(dest_dir):
+        if SIDECAR_DIR in subdirs:
+            subdirs.remove(SIDECAR_DIR)
+        for name in files:
+            if is_temp_file(name):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(directory, name))
+                    removed += 1
+    return removed
