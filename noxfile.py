@@ -28,8 +28,8 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def demo(session: nox.Session) -> None:
     """The main job: embedded moto, 1000 x 1 KiB + 64 MiB, both strategies, one table."""
-    session.install("-e", ".[demo]")
-    session.run("python", "-m", "asyncdl.demo", *session.posargs)
+    session.install("-e", ".[demo,cli]")
+    session.run("asyncdl", "demo", *session.posargs)
 
 
 @nox.session
@@ -37,6 +37,13 @@ def bench(session: nox.Session) -> None:
     """The batch benchmark against the peers; not run by default (see benchmarks/README.md)."""
     session.install("-e", ".[bench]")
     session.run("python", "benchmarks/batch.py", *session.posargs)
+
+
+@nox.session
+def bench_dask(session: nox.Session) -> None:
+    """asyncdl.dask on a LocalCluster of 1, then 2 workers (see benchmarks/README.md)."""
+    session.install("-e", ".[dask,demo]")
+    session.run("python", "benchmarks/dask_scale.py", *session.posargs)
 
 
 @nox.session
