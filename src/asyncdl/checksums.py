@@ -76,22 +76,29 @@ def from_headers(headers: Mapping[str, str], etag: str | None) -> ExpectedChecks
 
     ``etag=None`` reads it as an upload part's: its own value, whatever the object's type.
     """
-    for algorithm in ALGORITHMS:
-        value = headers.get(f"x-amz-checksum-{algorithm.lower()}")
-        if value:
-            kind = headers.get("x-amz-checksum-type") if etag is not None else None
-            return _make(algorithm, value, kind, etag)
-    return None
+    return _first(
+        lambda algorithm: headers.get(f"x-amz-checksum-{algorithm.lower()}"),
+        headers.get("x-amz-checksum-type"),
+        etag,
+    )
 
 
 def from_botocore(response: Mapping[str, Any], etag: str | None) -> ExpectedChecksum | None:
     """The checksum of a parsed botocore HEAD/GET response (``ChecksumCRC32``...);
     ``etag=None`` as in :func:`from_headers`."""
+    return _first(
+        lambda algorithm: response.get(f"Checksum{algorithm}"), response.get("ChecksumType"), etag
+    )
+
+
+def _first(
+    value_of: Callable[[str], str | None], checksum_type: str | None, etag: str | None
+) -> ExpectedChecksum | None:
+    """The response's checksum, in :data:`ALGORITHMS` order of preference."""
     for algorithm in ALGORITHMS:
-        value = response.get(f"Checksum{algorithm}")
+        value = value_of(algorithm)
         if value:
-            kind = response.get("ChecksumType") if etag is not None else None
-            return _make(algorithm, value, kind, etag)
+            return _make(algorithm, value, checksum_type if etag is not None else None, etag)
     return None
 
 

@@ -64,20 +64,23 @@ class Response:
         content_range: str | None,
         body: Any,
         release: Callable[[], None],
-        checksum: ExpectedChecksum | None = None,
-        part_checksum: ExpectedChecksum | None = None,
+        checksums: Callable[[Any, str | None], ExpectedChecksum | None] | None = None,
+        headers: Any = None,
         parts_count: int | None = None,
     ) -> None:
         self._release: Callable[[], None] | None = release
         whole = status == 200 and not content_range
+        # One parse of ``headers`` per response: a whole-object answer carries the
+        # object's checksum; a partial one (a PartNumber GET, or a range that is
+        # exactly one part) its upload part's, read whatever the object's type.
+        found = (
+            _checksum_or_none(checksums, headers, etag if whole else None) if checksums else None
+        )
         #: S3's full-object checksum, from a whole-object answer only.
-        self.checksum = checksum if whole else None
-        #: A partial answer's checksum is its upload part's (a PartNumber GET's, or a
-        #: range that is exactly one part); a ``-N`` value would be the object's.
+        self.checksum = found if whole else None
+        #: The upload part's checksum (a ``-N`` value would be the object's: not kept).
         self.part_checksum = (
-            part_checksum
-            if part_checksum is not None and not whole and not part_checksum.composite
-            else None
+            found if not whole and found is not None and not found.composite else None
         )
         #: ``x-amz-mp-parts-count``: the object's upload parts, on a PartNumber GET.
         self.parts_count = parts_count
@@ -98,8 +101,8 @@ class Response:
             content_range=raw.get("ContentRange"),
             body=raw["Body"],
             release=release,
-            checksum=_checksum_or_none(from_botocore, raw, raw.get("ETag")),
-            part_checksum=_checksum_or_none(from_botocore, raw, None),
+            checksums=from_botocore,
+            headers=raw,
             parts_count=_int_or_none(raw.get("PartsCount")),
         )
 
@@ -113,8 +116,8 @@ class Response:
             content_range=headers.get("content-range"),
             body=raw.body,
             release=release,
-            checksum=_checksum_or_none(from_headers, headers, headers.get("etag")),
-            part_checksum=_checksum_or_none(from_headers, headers, None),
+            checksums=from_headers,
+            headers=headers,
             parts_count=_int_or_none(headers.get("x-amz-mp-parts-count")),
         )
 
