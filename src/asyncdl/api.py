@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from typing import Any
 
 from .config import TransferConfig
 from .engine import Engine
+from .request_args import ExtraArgs
 from .results import DownloadResult
 from .strategies import Strategy
 
@@ -20,7 +20,7 @@ async def download(
     strategy: str | Strategy = "auto",
     config: TransferConfig | None = None,
     client: Any = None,
-    extra_args: Mapping[str, str] | None = None,
+    extra_args: ExtraArgs | None = None,
     size: int | None = None,
     etag: str | None = None,
     timeout: float | None = None,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import AsyncGenerator, AsyncIterable, Iterable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
@@ -19,7 +19,7 @@ from aiofiles.os import wrap
 
 from .errors import DownloadError, InvalidRequestError, translate
 from .progress import ProgressCallback
-from .request_args import redacted
+from .request_args import ExtraArgs, redacted
 from .results import DownloadResult
 from .strategies import Strategy
 
@@ -36,7 +36,7 @@ class DownloadRequest:
     path: str | os.PathLike[str]
     size: int | None = None
     etag: str | None = None
-    extra_args: Mapping[str, str] | None = field(default=None)
+    extra_args: ExtraArgs | None = field(default=None)
     #: S3's checksum, ``"ALGORITHM:base64"``, when known.
     checksum: str | None = None
 
@@ -74,7 +74,7 @@ async def download_many(
     items: Iterable[Any] | AsyncIterable[Any],
     *,
     strategy: str | Strategy,
-    extra_args: Mapping[str, str] | None,
+    extra_args: ExtraArgs | None,
     timeout: float | None = None,
     progress: ProgressCallback | None = None,
 ) -> AsyncGenerator[DownloadResult]:
@@ -125,7 +125,7 @@ async def _one(
     request: DownloadRequest,
     *,
     strategy: str | Strategy,
-    extra_args: Mapping[str, str] | None,
+    extra_args: ExtraArgs | None,
     timeout: float | None,
     progress: ProgressCallback | None,
 ) -> DownloadResult:
@@ -176,7 +176,7 @@ async def download_prefix(
     dest_dir: str | os.PathLike[str],
     *,
     strategy: str | Strategy,
-    extra_args: Mapping[str, str] | None,
+    extra_args: ExtraArgs | None,
     timeout: float | None = None,
     progress: ProgressCallback | None = None,
 ) -> AsyncGenerator[DownloadResult]:
@@ -222,7 +222,7 @@ async def _list_requests(
     prefix: str,
     root: Path,
     strategy: str | Strategy,
-    extra_args: Mapping[str, str] | None,
+    extra_args: ExtraArgs | None,
 ) -> AsyncGenerator[DownloadRequest | DownloadResult]:
     params = {name: extra_args[name] for name in _LIST_ARGS if extra_args and name in extra_args}
     made: set[Path] = set()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import AsyncGenerator, AsyncIterable, Callable, Iterable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterable, Callable, Iterable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,14 +32,13 @@ from .errors import (
     InvalidRequestError,
     ObjectChangedError,
     RetryableError,
-    is_retryable,
     translate,
 )
 from .progress import ProgressCallback, Reporter
 from .ranges import ByteRange, plan_ranges
-from .request_args import check_bucket_and_key, check_extra_args
+from .request_args import ExtraArgs, check_bucket_and_key, check_extra_args
 from .results import DownloadResult
-from .retry import backoff_delay, logger
+from .retry import after_failure, logger
 from .s3_source import ObjectMeta, Response, S3Object, normalize_etag
 from .signed_get import SignedGets
 from .strategies import Discovery, Strategy, resolve_strategy
@@ -146,7 +145,7 @@ class Engine:
         path: str | os.PathLike[str],
         *,
         strategy: str | Strategy = "auto",
-        extra_args: Mapping[str, str] | None = None,
+        extra_args: ExtraArgs | None = None,
         size: int | None = None,
         etag: str | None = None,
         timeout: float | None = None,
@@ -270,7 +269,7 @@ class Engine:
         verifier = Verifier(self.config.validate, verifier.expected)
         return fresh, await self._fetch(obj, fresh, target, verifier, progress)
 
-    def s3_object(self, bucket: str, key: str, extra_args: Mapping[str, str]) -> S3Object:
+    def s3_object(self, bucket: str, key: str, extra_args: ExtraArgs) -> S3Object:
         """The requests of one object through this engine's client and budget."""
         return S3Object(
             self.client,
@@ -289,7 +288,7 @@ class Engine:
         *,
         start: int = 0,
         end: int | None = None,
-        extra_args: Mapping[str, str] | None = None,
+        extra_args: ExtraArgs | None = None,
         progress: ProgressCallback | None = None,
     ) -> ObjectStream:
         """The bytes ``[start, end)`` of the object, in order, as they arrive.
@@ -310,7 +309,7 @@ class Engine:
         key: str,
         *,
         max_size: int = 64 * 1024 * 1024,
-        extra_args: Mapping[str, str] | None = None,
+        extra_args: ExtraArgs | None = None,
     ) -> bytes:
         """The whole object in memory; an object larger than ``max_size`` is refused
         (after at most ``max_size + 1`` bytes) instead of filling memory."""
@@ -356,7 +355,7 @@ class Engine:
         items: Iterable[DownloadItem] | AsyncIterable[DownloadItem],
         *,
         strategy: str | Strategy = "auto",
-        extra_args: Mapping[str, str] | None = None,
+        extra_args: ExtraArgs | None = None,
         timeout: float | None = None,
         progress: ProgressCallback | None = None,
     ) -> AsyncGenerator[DownloadResult]:
@@ -385,7 +384,7 @@ class Engine:
         dest_dir: str | os.PathLike[str],
         *,
         strategy: str | Strategy = "auto",
-        extra_args: Mapping[str, str] | None = None,
+        extra_args: ExtraArgs | None = None,
         timeout: float | None = None,
         progress: ProgressCallback | None = None,
     ) -> AsyncGenerator[DownloadResult]:
@@ -461,22 +460,9 @@ class Engine:
 
     async def _after_failure(self, obj: S3Object, exc: Exception, failures: int, what: str) -> int:
         """Raise ``exc`` as a DownloadError unless it earns another attempt; then back off."""
-        failures += 1
-        if not is_retryable(exc) or failures >= self.config.max_attempts:
-            raise translate(exc, bucket=obj.bucket, key=obj.key, attempts=failures) from exc
-        delay = backoff_delay(self.config, failures)
-        logger.info(
-            "retrying %s of s3://%s/%s (attempt %d of %d) in %.2fs after %s",
-            what,
-            obj.bucket,
-            obj.key,
-            failures + 1,
-            self.config.max_attempts,
-            delay,
-            _describe(exc),
+        return await after_failure(
+            self.config, exc, failures, bucket=obj.bucket, key=obj.key, what=what
         )
-        await asyncio.sleep(delay)
-        return failures
 
     async def _fetch(
         self,
@@ -876,10 +862,6 @@ _NO_PART_GETS = (
 def _multipart(etag: str | None) -> bool:
     """A multipart upload's ETag ends in ``-<parts>``; its checksum may be COMPOSITE."""
     return etag is not None and "-" in etag.strip('"')
-
-
-def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 # stat() can stall for long on a busy disk: the checks run in the executor.

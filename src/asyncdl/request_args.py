@@ -25,7 +25,15 @@ ALLOWED_EXTRA_ARGS = frozenset(
     }
 )
 _SECRET_ARGS = frozenset({"SSECustomerKey"})
-_EMPTY: Mapping[str, str] = MappingProxyType({})
+#: Arguments that may be given as ``bytes`` as well as ``str``, as boto3 takes them
+#: (``SSECustomerKey=os.urandom(32)`` in its examples): botocore base64-encodes either.
+_BYTES_ARGS = frozenset({"SSECustomerKey"})
+
+#: GetObject arguments as asyncdl takes them: strings, and ``bytes`` where boto3 takes
+#: them too (the SSE-C key).
+ExtraArgs = Mapping[str, str | bytes]
+
+_EMPTY: ExtraArgs = MappingProxyType({})
 
 # botocore's own rule for bucket names, plus access-point and Outposts ARNs: strict
 # DNS rules would refuse legacy buckets and third-party stores that S3 clients reach.
@@ -54,9 +62,7 @@ def check_bucket_and_key(bucket: object, key: object) -> None:
         )
 
 
-def check_extra_args(
-    extra_args: Mapping[str, str] | None, *, bucket: str, key: str
-) -> Mapping[str, str]:
+def check_extra_args(extra_args: ExtraArgs | None, *, bucket: str, key: str) -> ExtraArgs:
     """Return ``extra_args`` as a read-only mapping, or raise naming the allowed keys."""
     if not extra_args:
         return _EMPTY
@@ -68,13 +74,20 @@ def check_extra_args(
             key=key,
         )
     for name, value in extra_args.items():
+        if isinstance(value, bytes) and name in _BYTES_ARGS:
+            if not value:
+                raise InvalidRequestError(
+                    f"extra_args[{name!r}] must not be empty", bucket=bucket, key=key
+                )
+            continue
         if not isinstance(value, str):
+            kinds = "a string or bytes" if name in _BYTES_ARGS else "a string"
             raise InvalidRequestError(
-                f"extra_args[{name!r}] must be a string", bucket=bucket, key=key
+                f"extra_args[{name!r}] must be {kinds}", bucket=bucket, key=key
             )
     return MappingProxyType(dict(extra_args))
 
 
-def redacted(extra_args: Mapping[str, str]) -> dict[str, str]:
+def redacted(extra_args: ExtraArgs) -> dict[str, str | bytes]:
     """A copy safe to log or show: SSE-C keys replaced."""
     return {name: "***" if name in _SECRET_ARGS else value for name, value in extra_args.items()}

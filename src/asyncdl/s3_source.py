@@ -14,6 +14,7 @@ from botocore.exceptions import ClientError
 from .checksums import ExpectedChecksum, from_botocore, from_headers
 from .errors import DownloadError, ObjectChangedError, client_error_status
 from .ranges import ByteRange, ContentRange, parse_content_range
+from .request_args import ExtraArgs
 from .signed_get import Fallback, GetTemplate, RawResponse, SignedGets
 
 
@@ -141,7 +142,7 @@ class S3Object:
         semaphore: asyncio.Semaphore,
         bucket: str,
         key: str,
-        extra_args: Mapping[str, str],
+        extra_args: ExtraArgs,
         *,
         signed: SignedGets | None = None,
         checksum_mode: bool = False,
@@ -155,7 +156,7 @@ class S3Object:
         self._params: dict[str, Any] = {"Bucket": bucket, "Key": key, **extra_args}
         # HEADs and whole-object GETs ask for the stored checksum when the engine
         # verifies; ranged GETs do not (S3 sends none for them).
-        self._whole_args: Mapping[str, str] = (
+        self._whole_args: ExtraArgs = (
             {**extra_args, "ChecksumMode": "ENABLED"} if checksum_mode else extra_args
         )
         #: Requests sent, retries inside botocore included.

@@ -36,6 +36,8 @@ from botocore.awsrequest import AWSRequest
 from botocore.exceptions import ClientError
 from botocore.utils import percent_encode
 
+from .request_args import ExtraArgs
+
 _SENTINEL = "asyncdl-template-7f3a9c"
 # Headers the signer sets per request, or that are unique per request.
 _PER_REQUEST = frozenset(
@@ -51,6 +53,8 @@ _PER_REQUEST = frozenset(
 )
 _SIGV4 = "AWS4-HMAC-SHA256 Credential="
 _MAX_ERROR_BODY = 64 * 1024
+#: (bucket, the GET arguments as sorted items): what one template serves.
+_CacheKey = tuple[str, tuple[tuple[str, str | bytes], ...]]
 
 
 class _Captured(Exception):
@@ -90,7 +94,7 @@ class SignedGets:
         self._client = client
         self._session: AIOHTTPSession = client._endpoint.http_session
         self._credentials: Any = client._request_signer._credentials
-        self._templates: dict[tuple[str, tuple[tuple[str, str], ...]], asyncio.Future[Any]] = {}
+        self._templates: dict[_CacheKey, asyncio.Future[Any]] = {}
 
     @classmethod
     def for_client(cls, client: Any, *, verifies: bool = True) -> SignedGets | None:
@@ -106,7 +110,7 @@ class SignedGets:
             return None
         return cls(client, verifies=verifies)
 
-    async def template(self, bucket: str, extra_args: Mapping[str, str]) -> GetTemplate | None:
+    async def template(self, bucket: str, extra_args: ExtraArgs) -> GetTemplate | None:
         """The template for this bucket and these arguments (built once, shared).
 
         With ``ChecksumMode`` botocore would check the body's checksum as it is read;
@@ -132,7 +136,7 @@ class SignedGets:
         result: GetTemplate | None = await asyncio.shield(future)
         return result
 
-    async def _capture(self, bucket: str, extra_args: Mapping[str, str]) -> GetTemplate | None:
+    async def _capture(self, bucket: str, extra_args: ExtraArgs) -> GetTemplate | None:
         def grab(request: Any, **_: Any) -> None:
             # Other GETs of this client may be in flight: take only the sentinel's.
             if _SENTINEL in request.url:

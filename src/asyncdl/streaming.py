@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any
 
 from .config import is_int_at_least
 from .errors import DownloadError, InvalidRequestError, translate
 from .progress import ProgressCallback, Reporter
 from .ranges import ByteRange, plan_ranges
-from .request_args import check_bucket_and_key, check_extra_args
+from .request_args import ExtraArgs, check_bucket_and_key, check_extra_args
 from .s3_source import RangeNotSatisfiable, Response, S3Object
 
 if TYPE_CHECKING:
@@ -55,7 +55,7 @@ class ObjectStream:
         *,
         start: int,
         end: int | None,
-        extra_args: Mapping[str, str] | None,
+        extra_args: ExtraArgs | None,
         progress: ProgressCallback | None = None,
     ) -> None:
         check_bucket_and_key(bucket, key)

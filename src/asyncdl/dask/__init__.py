@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from collections.abc import Mapping
 
 import dask
 import dask.dataframe as dd
@@ -23,6 +22,7 @@ import distributed
 import pandas as pd
 
 from ..config import TransferConfig, finite
+from ..request_args import ExtraArgs
 from ..strategies import STRATEGIES, Strategy
 from ._errors import ManifestError
 from ._listing import MANIFEST_DTYPES, list_all, list_level
@@ -63,7 +63,7 @@ def download_manifest(
     config: TransferConfig | None = None,
     strategy: str | Strategy = "auto",
     skip_existing: str | None = None,
-    extra_args: Mapping[str, str] | None = None,
+    extra_args: ExtraArgs | None = None,
     timeout: float | None = None,
 ) -> ManifestSummary:
     """Download every object of ``manifest`` under ``dest_dir`` on the cluster.
@@ -113,7 +113,7 @@ def download_results(
     config: TransferConfig | None = None,
     strategy: str | Strategy = "auto",
     skip_existing: str | None = None,
-    extra_args: Mapping[str, str] | None = None,
+    extra_args: ExtraArgs | None = None,
     timeout: float | None = None,
 ) -> dd.DataFrame:
     """The per-item results of a run, as a lazy Dask DataFrame: for runs too large
@@ -154,7 +154,7 @@ def list_manifest(
     delimiter: str | None = None,
     client: distributed.Client | None = None,
     config: TransferConfig | None = None,
-    extra_args: Mapping[str, str] | None = None,
+    extra_args: ExtraArgs | None = None,
 ) -> dd.DataFrame:
     """List ``s3://bucket/prefix`` on the cluster into a manifest (``bucket, key, size,
     etag``), held in the workers' memory.

@@ -29,6 +29,7 @@ import pandas as pd
 from ..bulk import DownloadRequest, relative_path
 from ..config import TransferConfig
 from ..errors import InvalidRequestError
+from ..request_args import ExtraArgs
 from ..results import DownloadResult
 from ..strategies import Strategy
 from ..writer import is_temp_file
@@ -69,7 +70,7 @@ class Job:
     config: TransferConfig
     strategy: str | Strategy
     skip_existing: str | None
-    extra_args: Mapping[str, str] | None
+    extra_args: ExtraArgs | None
     timeout: float | None
     #: Unique per run: Dask never serves a cached partition of an earlier run, and
     #: the ETag sidecar is read afresh once per run and process.

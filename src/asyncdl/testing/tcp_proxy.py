@@ -53,6 +53,14 @@ class Fault:
     headers: dict[str, str | None] = field(default_factory=dict)
     #: Called (in the proxy's thread) just before the request is forwarded.
     before: Callable[[], object] | None = None
+    #: Response headers to replace in the server's answer (lower-case name -> value;
+    #: ``None`` removes one): a server without ETags, say.
+    response_headers: dict[str, str | None] = field(default_factory=dict)
+    #: Answer with exactly this instead of forwarding: a status, headers as given (no
+    #: Content-Length is added), and body bytes; then close the client connection when
+    #: ``reply_close``, else keep it open (a declared length never sent stalls a reader).
+    reply: tuple[int, dict[str, str], bytes] | None = None
+    reply_close: bool = False
 
 
 FaultRule = Callable[[RequestRecord], Fault | None]
@@ -203,17 +211,10 @@ class TcpProxy:
         delay = self.rtt + fault.delay
         if delay:
             await asyncio.sleep(delay)
+        if fault.reply is not None:
+            return await _canned(fault, writer)
         if fault.status is not None:
-            payload = (
-                f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>{fault.error_code}</Code>'
-                f"<Message>injected by the test proxy</Message></Error>"
-            ).encode()
-            writer.write(
-                f"HTTP/1.1 {fault.status} Injected\r\nContent-Type: application/xml\r\n"
-                f"Content-Length: {len(payload)}\r\n\r\n".encode()
-                + (payload if method != "HEAD" else b"")
-            )
-            await writer.drain()
+            await _error_reply(fault.status, fault.error_code, method, writer)
             return True
         if fault.headers:
             head = _replace_headers(head, fault.headers)
@@ -230,6 +231,8 @@ class TcpProxy:
                 length = "0"
             # Keep the client side alive when the body has a known length.
             keep_alive = length is not None
+            if fault.response_headers:
+                response_head = _replace_headers(response_head, fault.response_headers)
             writer.write(_rewrite_head(response_head, keep_alive))
             remaining = int(length) if length is not None else -1
             sent = 0
@@ -257,6 +260,33 @@ class TcpProxy:
             return keep_alive and remaining == 0
         finally:
             up_writer.close()
+
+
+async def _error_reply(status: int, code: str, method: str, writer: asyncio.StreamWriter) -> None:
+    """An S3-style error answer (no body for a HEAD, as S3 sends none)."""
+    payload = (
+        f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>{code}</Code>'
+        f"<Message>injected by the test proxy</Message></Error>"
+    ).encode()
+    writer.write(
+        f"HTTP/1.1 {status} Injected\r\nContent-Type: application/xml\r\n"
+        f"Content-Length: {len(payload)}\r\n\r\n".encode()
+        + (payload if method != "HEAD" else b"")
+    )
+    await writer.drain()
+
+
+async def _canned(fault: Fault, writer: asyncio.StreamWriter) -> bool:
+    """Send ``fault.reply`` as it is; return whether the client connection stays open."""
+    assert fault.reply is not None
+    status, headers, body = fault.reply
+    lines = [f"HTTP/1.1 {status} Canned", *(f"{name}: {value}" for name, value in headers.items())]
+    writer.write("\r\n".join(lines).encode("latin-1") + b"\r\n\r\n" + body)
+    await writer.drain()
+    if fault.reply_close:
+        writer.close()
+        return False
+    return True
 
 
 def _parse_head(head: bytes) -> tuple[str, dict[str, str]]:
