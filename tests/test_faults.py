@@ -301,3 +301,53 @@ async def test_retries_are_logged_without_secrets(
         assert secret not in text
         assert encoded not in text
     assert "'SSECustomerKey': '***'" in repr(request)
+
+
+async def test_whole_object_from_a_server_ignoring_range_resumes_after_a_cut(
+    engine: asyncdl.Engine, s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path
+) -> None:
+    # The server answers every GET with the whole object; the first one is cut: the
+    # retry asks for the rest, gets the whole object again and reads past what it has.
+    data = payload(3 * CHUNK + 7)
+    s3.put_object(Bucket=bucket, Key="k", Body=data)
+    cut: list[RequestRecord] = []
+
+    def rule(request: RequestRecord) -> Fault:
+        if not cut:
+            cut.append(request)
+            return Fault(headers={"range": None}, cut_after=CHUNK + 100, stall=0.3)
+        return Fault(headers={"range": None})
+
+    proxy.rule = rule
+    result = await engine.download(bucket, "k", tmp_path / "k", strategy="get-first")
+    assert (tmp_path / "k").read_bytes() == data
+    assert result.requests == len(proxy.requests) == 2
+    assert proxy.requests[1].range == f"bytes={CHUNK + 100}-{len(data) - 1}"
+
+
+async def test_attempts_start_again_after_progress(
+    s3: Any, bucket: str, proxy: TcpProxy, client: Any, tmp_path: Path
+) -> None:
+    # Every answer is cut after 20,000 bytes: each attempt moves a good share of the part,
+    # so four cuts in a row do not exhaust three attempts.
+    data = payload(CHUNK)
+    s3.put_object(Bucket=bucket, Key="k", Body=data)
+    proxy.rule = lambda r: Fault(cut_after=20_000, stall=0.3) if r.method == "GET" else None
+    config = asyncdl.TransferConfig(chunk_size=CHUNK, max_attempts=3, backoff_base=0.01)
+    async with asyncdl.Engine(client, config=config) as engine:
+        result = await engine.download(bucket, "k", tmp_path / "k")
+    assert (tmp_path / "k").read_bytes() == data
+    assert result.requests == 4
+
+
+async def test_a_link_that_cuts_every_few_bytes_still_ends(
+    s3: Any, bucket: str, proxy: TcpProxy, client: Any, tmp_path: Path
+) -> None:
+    s3.put_object(Bucket=bucket, Key="k", Body=payload(CHUNK))
+    proxy.rule = lambda r: Fault(cut_after=100, stall=0.3) if r.method == "GET" else None
+    config = asyncdl.TransferConfig(chunk_size=CHUNK, max_attempts=3, backoff_base=0.01)
+    async with asyncdl.Engine(client, config=config) as engine:
+        with pytest.raises(asyncdl.DownloadError, match="after 3 attempts"):
+            await engine.download(bucket, "k", tmp_path / "k")
+    assert len(proxy.requests) == 3
+    assert os.listdir(tmp_path) == []

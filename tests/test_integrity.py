@@ -120,9 +120,11 @@ async def test_verified_downloads(
     assert result.verified, result.unverified_reason
     assert result.checksum == f"{algorithm}:{stored}"
     assert result.unverified_reason is None
-    # Verification adds at most the one HEAD, sent alongside the first GET.
+    # Verification adds at most the one HEAD, sent alongside the first GET; an empty
+    # object's 416 is followed by one plain GET (for its ETag).
     parts = max(1, -(-size // CHUNK))
-    assert result.requests == len(proxy.requests) == parts + 1
+    empty_get_first = size == 0 and strategy == "get-first"
+    assert result.requests == len(proxy.requests) == parts + 1 + empty_get_first
 
 
 def corrupt_gets(count: int) -> Any:
@@ -315,3 +317,74 @@ async def test_required_bulk_does_not_deadlock_the_budget(
     assert all(r.verified for r in results), [str(r.error) for r in results if r.error][:3]
     assert all(r.requests == 2 for r in results)
     assert proxy.max_in_flight <= 2
+
+
+async def test_required_with_listing_metadata_sends_the_checksum_head(
+    s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path
+) -> None:
+    # Listed size and ETag skip discovery; a multi-chunk object's ranged GETs carry no
+    # checksum, so "required" must still ask a HEAD for it (and a small one's GET has it).
+    sizes = {"p/small": 10, "p/middle": CHUNK + 5, "p/large": 3 * CHUNK}
+    for key, size in sizes.items():
+        s3.put_object(Bucket=bucket, Key=key, Body=payload(size), ChecksumAlgorithm="CRC32C")
+    config = asyncdl.TransferConfig(chunk_size=CHUNK, validate="required")
+    async with make_client(proxy.url) as client, asyncdl.Engine(client, config=config) as engine:
+        results = {r.key: r async for r in engine.download_prefix(bucket, "p/", tmp_path)}
+    assert all(r.ok and r.verified for r in results.values()), results
+    for key, size in sizes.items():
+        assert (tmp_path / key.removeprefix("p/")).read_bytes() == payload(size)
+        assert (results[key].checksum or "").startswith("CRC32C:")
+    heads = [r.path for r in proxy.requests if r.method == "HEAD"]
+    assert sorted(heads) == sorted(f"/{bucket}/p/{name}" for name in ("middle", "large"))
+    assert all(r.headers.get("if-match") for r in proxy.requests if r.method == "HEAD")
+    assert results["p/small"].requests == 1
+    assert results["p/middle"].requests == 2 + 1
+    assert results["p/large"].requests == 3 + 1
+
+
+class _CancelledAfterDiscovery:
+    """GET-first, but the download's task is cancelled as discovery returns: the
+    cancellation lands at the engine's very next await."""
+
+    name = "get-first"
+
+    async def discover(
+        self, obj: Any, *, chunk_size: int, size: int | None, etag: str | None
+    ) -> Any:
+        discovery = await asyncdl.GetFirst().discover(
+            obj, chunk_size=chunk_size, size=size, etag=etag
+        )
+        task = asyncio.current_task()
+        assert task is not None
+        task.cancel()
+        return discovery
+
+
+@pytest.mark.parametrize("ignores_range", [False, True])
+@pytest.mark.parametrize("size", [100, 3 * CHUNK])
+async def test_cancelled_right_after_discovery_releases_the_first_response(
+    s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path, size: int, ignores_range: bool
+) -> None:
+    # validate="required" + GET-first sends a HEAD alongside the first GET; a
+    # cancellation while the engine deals with that HEAD must not leak the first answer,
+    # whether it is a part, or the whole object with its checksum (a server that
+    # ignores Range answers 200; the HEAD is then not needed and is cancelled).
+    s3.put_object(Bucket=bucket, Key="k", Body=payload(size), ChecksumAlgorithm="CRC32")
+    if ignores_range:
+        whole = {"range": None, "x-amz-checksum-mode": "ENABLED"}
+        proxy.rule = lambda r: Fault(headers=whole) if r.method == "GET" else None
+    config = asyncdl.TransferConfig(chunk_size=CHUNK, max_concurrency=1, validate="required")
+    async with make_client(proxy.url) as client, asyncdl.Engine(client, config=config) as engine:
+        # With one slot, a leaked response would hold it forever: a hang, not a pass.
+        async with asyncio.timeout(20):
+            for _ in range(2):
+                strategy = _CancelledAfterDiscovery()
+                cancelled = asyncio.create_task(
+                    engine.download(bucket, "k", tmp_path / "k", strategy=strategy)
+                )
+                with pytest.raises(asyncio.CancelledError):
+                    await cancelled
+            result = await engine.download(bucket, "k", tmp_path / "k", strategy="get-first")
+    assert result.verified
+    assert (tmp_path / "k").read_bytes() == payload(size)
+    assert temp_files(tmp_path) == []

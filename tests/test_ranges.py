@@ -90,3 +90,10 @@ def test_parse_content_range(header: str, expected: ContentRange) -> None:
 def test_parse_content_range_is_strict(header: str) -> None:
     with pytest.raises(ValueError, match="Content-Range"):
         parse_content_range(header)
+
+
+def test_a_zero_total_is_the_empty_object() -> None:
+    # s3rver's answer to a range of an empty object; nothing else with a zero total is.
+    assert parse_content_range("bytes 0-0/0") == ContentRange(start=0, end=0, total=0)
+    with pytest.raises(ValueError, match="inconsistent"):
+        parse_content_range("bytes 0-1/0")

@@ -201,9 +201,10 @@ class Engine:
         obj = self.s3_object(bucket, key, args)
         reporter = Reporter(progress)
         deadline = asyncio.timeout(timeout)
+        temp: TempFile | None = None
         try:
             async with deadline:
-                discovery, verification = await self._download_verified(
+                discovery, verification, temp = await self._download_verified(
                     obj,
                     strategy=chosen,
                     target=target,
@@ -212,7 +213,13 @@ class Engine:
                     expected=expected,
                     progress=reporter,
                 )
+            # Every byte is in and checked: publishing is the last step, outside the
+            # timeout, and once started it completes even if the task is cancelled (a
+            # cancellation then propagates with the target already replaced).
+            await temp.commit()
         except Exception as exc:
+            if temp is not None:
+                temp.discard()
             await reporter.rewind()  # nothing of it was kept
             if isinstance(exc, TimeoutError) and deadline.expired():
                 error = DownloadError(f"did not finish within {timeout:g}s", bucket=bucket, key=key)
@@ -222,6 +229,10 @@ class Engine:
             if error is exc:
                 raise
             raise error from exc
+        except BaseException:
+            if temp is not None:
+                temp.discard()  # a no-op once the commit began
+            raise
         return DownloadResult(
             bucket=bucket,
             key=key,
@@ -245,15 +256,18 @@ class Engine:
         etag: str | None,
         expected: ExpectedChecksum | None,
         progress: Reporter,
-    ) -> tuple[Discovery, Verification]:
-        """Discover and fetch; after a checksum mismatch, one fresh attempt at most,
-        pinned to the same ETag (a mismatch is not retried blindly)."""
+    ) -> tuple[Discovery, Verification, TempFile]:
+        """Discover and fetch into a verified temp file, not yet published; after a
+        checksum mismatch, one fresh attempt at most, pinned to the same ETag (a
+        mismatch is not retried blindly)."""
         discovery = await self._discover(obj, strategy, size, etag, expected)
+        # No await from here until _fetch holds the open first answer and the checksum
+        # HEAD under its cleanup: a cancellation in between would leak them.
         verifier = Verifier(self.config.validate, expected or discovery.checksum)
         verifier.pending, discovery.checksum_head = discovery.checksum_head, None
         progress.total = discovery.size
         try:
-            return discovery, await self._fetch(obj, discovery, target, verifier, progress)
+            return discovery, *await self._fetch(obj, discovery, target, verifier, progress)
         except ChecksumError as exc:
             if not exc.mismatch or discovery.etag is None or verifier.policy == "off":
                 raise
@@ -267,7 +281,7 @@ class Engine:
         await progress.rewind()  # the fresh attempt fetches every byte again
         fresh = Discovery(size=discovery.size, etag=discovery.etag)
         verifier = Verifier(self.config.validate, verifier.expected)
-        return fresh, await self._fetch(obj, fresh, target, verifier, progress)
+        return fresh, *await self._fetch(obj, fresh, target, verifier, progress)
 
     def s3_object(self, bucket: str, key: str, extra_args: ExtraArgs) -> S3Object:
         """The requests of one object through this engine's client and budget."""
@@ -414,29 +428,41 @@ class Engine:
         etag: str | None,
         expected: ExpectedChecksum | None,
     ) -> Discovery:
+        """Size and ETag (from the caller, or the strategy's first request), and the
+        checksum HEAD when the policy needs one that the GETs will not carry.
+
+        The HEAD goes out alongside the first GET, so latency stays one round trip, and
+        nothing waits for it until every part is written: a part holding a slot of the
+        budget while it waited for the HEAD's slot could deadlock the engine. The open
+        first answer and the HEAD are handed on unawaited (the caller releases both).
+        """
+        head = None
+        if self._needs_checksum_head(strategy, size, etag, expected):
+            head = asyncio.create_task(self._head_with_retries(obj, etag))
         if size is not None and etag is not None:
-            return Discovery(size=size, etag=etag)
-        if (
-            self.config.validate != "required"
-            or expected is not None
-            or strategy.name != "get-first"
-        ):
-            return await self._discover_with_retries(obj, strategy, size, etag)
-        # validate="required" needs S3's checksum, which a ranged GET does not carry:
-        # a HEAD asks for it alongside the first GET, so latency stays one round trip.
-        # Nothing waits for it until every part is written: a part holding a slot of
-        # the budget while it waited for the HEAD's slot could deadlock the engine.
-        head = asyncio.create_task(self._head_with_retries(obj, etag))
+            return Discovery(size=size, etag=etag, checksum_head=head)
         try:
             discovery = await self._discover_with_retries(obj, strategy, size, etag)
         except BaseException:
-            await _reap(head)
+            if head is not None:
+                await _reap(head)
             raise
-        if discovery.checksum is not None:  # the answer was the whole object
-            await _reap(head)
-        else:
-            discovery.checksum_head = head
+        discovery.checksum_head = head
         return discovery
+
+    def _needs_checksum_head(
+        self, strategy: Strategy, size: int | None, etag: str | None, expected: Any
+    ) -> bool:
+        """Only ``validate="required"`` sends a request just for S3's checksum: when it
+        is not known already and the GETs may not carry it (ranged GETs carry none)."""
+        if self.config.validate != "required" or expected is not None:
+            return False
+        if size is not None and etag is not None:
+            # Listed: one plain GET carries the checksum, unless the object takes several
+            # requests, or is multipart (a COMPOSITE checksum is checked along its parts).
+            return size > self.config.chunk_size or _multipart(etag)
+        # HEAD-first's own HEAD asks for the checksum.
+        return strategy.name == "get-first"
 
     async def _discover_with_retries(
         self, obj: S3Object, strategy: Strategy, size: int | None, etag: str | None
@@ -471,24 +497,47 @@ class Engine:
         target: Path,
         verifier: Verifier,
         progress: Reporter,
-    ) -> Verification:
-        """Write every byte of the object into a temp file, check it, then publish it."""
+    ) -> tuple[Verification, TempFile]:
+        """Write every byte of the object into a temp file and check it; the caller
+        publishes it. On any failure the temp file is gone."""
         config = self.config
         first, size, etag = discovery.first, discovery.size, discovery.etag
         temp: TempFile | None = None
-        # One response holds the whole object (the open first one, or one plain GET,
-        # which works for empty objects where any Range is a 416): no part tasks.
-        whole_in_first = first is not None and discovery.first_end == size
-        one_plain_get = (
-            first is None
-            and not discovery.complete
-            and size <= config.chunk_size
-            # A COMPOSITE checksum is checked only along upload parts, not in one GET.
-            and not (verifier.wants_parts and size > 0)
-        )
         try:
             # Held before any await, so a cancelled create is still cleaned up.
             temp = TempFile(target, size, fsync=config.fsync)
+            if verifier.pending is not None and discovery.checksum is not None:
+                # The answer was the whole object and brought the checksum: the HEAD
+                # sent for it is not needed.
+                await verifier.abandon()
+            if first is None and verifier.pending is not None and _multipart(etag):
+                # Listed multipart object: whether its checksum is COMPOSITE decides how
+                # it is fetched, so the HEAD is awaited first (no slot is held meanwhile).
+                await verifier.settle(obj, etag)
+            # One response holds the whole object (the open first one, or one plain GET,
+            # which works for empty objects where any Range is a 416): no part tasks.
+            whole_in_first = first is not None and discovery.first_end == size
+            one_plain_get = (
+                first is None
+                and not discovery.complete
+                and size <= config.chunk_size
+                # A COMPOSITE checksum is checked only along upload parts, not in one GET.
+                and not (verifier.wants_parts and size > 0)
+            )
+            if etag is None and not (whole_in_first or discovery.complete):
+                # Without an ETag no request can be pinned to the version the others
+                # fetched: one GET of the whole object is the only consistent answer
+                # (a retry starts it over, see _fetch_part).
+                logger.info(
+                    "s3://%s/%s: the server sent no ETag, so ranged GETs cannot be pinned "
+                    "to one version of the object; fetching it in one GET",
+                    obj.bucket,
+                    obj.key,
+                )
+                if first is not None:
+                    first.close()
+                    first = None
+                one_plain_get = True
             if not (whole_in_first or one_plain_get or discovery.complete) or (
                 size > config.write_size
             ):
@@ -504,9 +553,7 @@ class Engine:
             elif not discovery.complete:
                 first, opened = None, first
                 await self._fetch_body(transfer, opened, discovery.first_end)
-            verification = await verifier.finish(temp, obj, etag)
-            await temp.commit()
-            return verification
+            return await verifier.finish(temp, obj, etag), temp
         except BaseException as exc:
             if first is not None:
                 first.close()
@@ -680,9 +727,17 @@ class Engine:
     async def _fetch_part(
         self, transfer: _Transfer, part: _Part, response: Response | None
     ) -> None:
-        """Fetch ``part``; a retry resumes from the last byte written."""
+        """Fetch ``part``; a retry resumes from the last byte written.
+
+        Attempts count failures in a row: an attempt that moved a fair share of the
+        part (``_earns_a_reset``) starts the count again, so a long transfer survives
+        occasional cuts, while a link that cuts every few bytes still runs out. Without
+        an ETag nothing pins a resumed range to the same version: a retry starts over.
+        """
         whole = part.pos == 0 and part.end == transfer.size and response is None
+        pinned = transfer.etag is not None
         failures = 0
+        mark = part.pos
         while True:
             try:
                 if response is None:
@@ -693,7 +748,13 @@ class Engine:
                     part.crc_fn = transfer.verifier.crc
                 await self._drain(transfer, response, part)
             except Exception as exc:
+                if pinned and part.pos - mark >= _earns_a_reset(part):
+                    failures = 0
                 failures = await self._after_failure(transfer.obj, exc, failures, "a part")
+                if not pinned and part.pos > part.start:
+                    await transfer.progress.add(part.start - part.pos)
+                    part.pos, part.crc = part.start, 0
+                mark = part.pos
             finally:
                 if response is not None:
                     response.close()
@@ -721,6 +782,16 @@ class Engine:
         response = await obj.get(ByteRange(part.pos, part.end), if_match=etag)
         content_range = response.content_range
         if (
+            response.status == 200
+            and content_range is None
+            and part.start == 0
+            and part.end == size
+            and response.content_length == size
+        ):
+            # A server that ignores Range answers a resumed whole-object part with the
+            # whole object again: _drain skips the bytes already written.
+            return response
+        if (
             response.status != 206
             or content_range is None
             or content_range.start != part.pos
@@ -737,24 +808,44 @@ class Engine:
                 f"asked for bytes [{part.pos}, {part.end}), got HTTP {response.status} "
                 f"with Content-Range {content_range}"
                 + (
-                    "; the server ignores Range: use the get-first strategy"
+                    "; the server ignores Range (GET-first fetches such an object in one request)"
                     if response.status == 200
                     else ""
                 )
             )
         return response
 
+    async def _read(self, response: Response, size: int) -> bytes:
+        """Up to ``size`` bytes of the body; a stall is dropped (to be resumed), whatever
+        the client's own timeouts (a borrowed client may have none)."""
+        read_timeout = self.config.read_timeout
+        try:
+            async with asyncio.timeout(read_timeout):
+                chunk: bytes = await response.body.read(size)
+        except TimeoutError:
+            raise RetryableError(f"no bytes for {read_timeout:g}s") from None
+        return chunk
+
+    async def _read_past(self, response: Response, count: int) -> None:
+        while count > 0:
+            chunk = await self._read(response, min(count, self.config.write_size))
+            if not chunk:
+                raise RetryableError("the body ended before the bytes to resume from")
+            count -= len(chunk)
+
     async def _drain(self, transfer: _Transfer, response: Response, part: _Part) -> None:
         """Stream ``response``'s body into the temp file at ``part.pos``, in bounded writes."""
         obj, temp = transfer.obj, transfer.temp
         write_size = self.config.write_size
-        limit = part.pos + (
-            response.content_range.end - response.content_range.start
-            if response.content_range is not None
-            else response.content_length
-        )
+        if response.content_range is not None:
+            body_start, limit = response.content_range.start, response.content_range.end
+        else:  # a whole-object answer
+            body_start, limit = 0, response.content_length
         if limit > part.end:
             raise obj.error(f"server sent bytes up to {limit}, past the expected end {part.end}")
+        if part.pos > body_start:
+            # The whole object sent again: read past the bytes already on disk.
+            await self._read_past(response, part.pos - body_start)
         pending: list[bytes] = []
         pending_size = 0
 
@@ -774,16 +865,9 @@ class Engine:
             pending.clear()
             pending_size = 0
 
-        read_timeout = self.config.read_timeout
         try:
             while True:
-                # Each read is bounded, whatever the client's own timeouts (a borrowed
-                # client may have none): a stalled stream is dropped and resumed.
-                try:
-                    async with asyncio.timeout(read_timeout):
-                        chunk = await response.body.read(write_size)
-                except TimeoutError:
-                    raise RetryableError(f"no bytes for {read_timeout:g}s") from None
+                chunk = await self._read(response, write_size)
                 if not chunk:
                     break
                 if part.pos + pending_size + len(chunk) > limit:
@@ -813,6 +897,8 @@ def _check_target(path: str | os.PathLike[str], *, bucket: str, key: str) -> Pat
         raise InvalidRequestError(
             f"path must be a str or os.PathLike, got {path!r}", bucket=bucket, key=key
         ) from None
+    if "\x00" in str(target):
+        raise InvalidRequestError(f"path {str(target)!r} holds a NUL byte", bucket=bucket, key=key)
     if not target.name or target.name in (".", ".."):
         raise InvalidRequestError(f"path {str(target)!r} names no file", bucket=bucket, key=key)
     if target.is_dir():
@@ -857,6 +943,13 @@ _NO_PART_GETS = (
     "the server answers a PartNumber GET with the whole object, not the upload part, "
     "so the object's COMPOSITE checksum (one per upload part) cannot be checked"
 )
+
+
+def _earns_a_reset(part: _Part) -> int:
+    """Bytes an attempt must move for the part's failure count to start again: a
+    quarter of the part, at most 1 MiB, so every reset is paid for with real progress
+    and a part can be reset only a bounded number of times."""
+    return max(1, min(1024 * 1024, (part.end - part.start) // 4))
 
 
 def _multipart(etag: str | None) -> bool:

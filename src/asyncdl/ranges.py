@@ -67,6 +67,10 @@ def parse_content_range(value: str) -> ContentRange:
     if match is None:
         raise ValueError(f"malformed Content-Range {value!r}")
     first, last, total = (int(group) for group in match.groups())
+    if total == 0 and first == last == 0:
+        # "bytes 0-0/0": a server's way of saying the object is empty (RFC 9110 has no
+        # form for it); unambiguous, so it is the empty range of an empty object.
+        return ContentRange(start=0, end=0, total=0)
     if first > last or last >= total:
         raise ValueError(f"inconsistent Content-Range {value!r}")
     return ContentRange(start=first, end=last + 1, total=total)

@@ -60,16 +60,29 @@ class GetFirst:
         try:
             response = await obj.get(ByteRange(0, chunk_size), if_match=etag)
         except RangeNotSatisfiable as exc:
-            # S3 answers 416 to any range of an empty object. Its ActualObjectSize
-            # confirms emptiness; without it, one plain GET tells what is there.
-            if exc.actual_size == 0 and size in (None, 0):
-                return Discovery(size=0, etag=exc.etag or etag, complete=True)
+            # S3 answers 416 to any range of an empty object, with its ActualObjectSize
+            # but no ETag. A 416 that carries the ETag settles it; otherwise one plain
+            # GET tells what is there (and brings the ETag and the checksum).
+            known = exc.etag or etag
+            if exc.actual_size == 0 and size in (None, 0) and known is not None:
+                return Discovery(size=0, etag=known, complete=True)
             response = await obj.get(None, if_match=etag)
             return _whole_object(obj, response, expected_size=size)
         if response.status == 200 and response.content_range is None:
             # The server ignored Range: this body IS the object, so nothing more is fetched.
             return _whole_object(obj, response, expected_size=size)
         content_range = response.content_range
+        if response.status == 206 and content_range is not None and content_range.total == 0:
+            # Some servers answer a range of an empty object with 206 and "bytes 0-0/0"
+            # (and a Content-Length of 1 they never send): the total settles it; the
+            # body is not read.
+            response.close()
+            if size not in (None, 0):
+                raise obj.error(f"object is 0 bytes, not the {size} given", ObjectChangedError)
+            if response.etag is None and etag is None:
+                response = await obj.get(None, if_match=None)
+                return _whole_object(obj, response, expected_size=0)
+            return Discovery(size=0, etag=response.etag or etag, complete=True)
         if response.status != 206 or content_range is None or content_range.start != 0:
             response.close()
             raise obj.error(
