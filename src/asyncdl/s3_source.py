@@ -252,9 +252,21 @@ class S3Object:
                     part_number=part_number,
                 )
             except Fallback:
-                pass
-            else:
-                return self._wrap(Response.from_raw, raw)
+                # A redirect: botocore follows it and learns the bucket's region; only
+                # once it has answered may the bucket's template be captured again.
+                try:
+                    response = await self._get_object(range_header, if_match, part_number)
+                except Exception:
+                    self._signed.redirected(self.bucket, template)
+                    raise
+                self._signed.redirected(self.bucket, template)
+                return response
+            return self._wrap(Response.from_raw, raw)
+        return await self._get_object(range_header, if_match, part_number)
+
+    async def _get_object(
+        self, range_header: str | None, if_match: str | None, part_number: int | None
+    ) -> Response:
         if range_header is not None:
             params = {**self._params, "Range": range_header}
         else:

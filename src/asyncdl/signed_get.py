@@ -17,8 +17,10 @@ aiobotocore streaming body ``get_object`` returns.
 
 Anything this cannot reproduce exactly falls back to ``get_object``: a client that
 validates response checksums, a signer other than SigV4 (SigV4a, S3 Express
-sessions), a non-aiohttp HTTP backend, and redirects (botocore follows region
-redirects; this path hands the request back to it).
+sessions), a non-aiohttp HTTP backend, and redirects. botocore follows a region
+redirect and remembers the bucket's region, so after one the bucket's templates are
+captured again, signed for that region; a bucket whose new template is redirected
+too sends its GETs with ``get_object`` from then on.
 """
 
 from __future__ import annotations
@@ -52,6 +54,12 @@ _PER_REQUEST = frozenset(
     }
 )
 _SIGV4 = "AWS4-HMAC-SHA256 Credential="
+#: The SSE-C key (base64), hidden in reprs. Its MD5 is not: S3 echoes it in every
+#: response, and it names the key without revealing it.
+_SECRET_HEADERS = frozenset({"x-amz-server-side-encryption-customer-key"})
+#: Templates, and buckets remembered for redirects, kept per client: per-object
+#: VersionIds (or a service meeting many buckets) would grow them forever.
+_MAX_CACHED = 256
 _MAX_ERROR_BODY = 64 * 1024
 #: (bucket, the GET arguments as sorted items): what one template serves.
 _CacheKey = tuple[str, tuple[tuple[str, str | bytes], ...]]
@@ -67,7 +75,7 @@ class Fallback(Exception):
     """This request must go through ``get_object`` instead."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class GetTemplate:
     """A prepared GetObject with the key left out."""
 
@@ -76,6 +84,19 @@ class GetTemplate:
     headers: tuple[tuple[str, str], ...]
     #: (region, service) to sign for; ``None`` for an unsigned (anonymous) client.
     scope: tuple[str, str] | None
+    #: Captured after a GET of this bucket was redirected (botocore knew its region).
+    after_redirect: bool = False
+
+    def __repr__(self) -> str:
+        # The headers may carry the SSE-C key: a template must be safe to log.
+        headers = tuple(
+            (name, "***" if name.lower() in _SECRET_HEADERS else value)
+            for name, value in self.headers
+        )
+        return (
+            f"GetTemplate(url_prefix={self.url_prefix!r}, url_suffix={self.url_suffix!r}, "
+            f"headers={headers!r}, scope={self.scope!r}, after_redirect={self.after_redirect!r})"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +115,12 @@ class SignedGets:
         self._client = client
         self._session: AIOHTTPSession = client._endpoint.http_session
         self._credentials: Any = client._request_signer._credentials
-        self._templates: dict[_CacheKey, asyncio.Future[Any]] = {}
+        self._templates: dict[_CacheKey, asyncio.Future[GetTemplate | None]] = {}
+        #: Buckets whose lean GETs were redirected: their templates are captured again.
+        self._moved: set[str] = set()
+        #: Buckets whose template was redirected although captured after a redirect:
+        #: their GETs go to ``get_object`` (which follows redirects) from then on.
+        self._unserved: set[str] = set()
 
     @classmethod
     def for_client(cls, client: Any, *, verifies: bool = True) -> SignedGets | None:
@@ -117,12 +143,12 @@ class SignedGets:
         this path skips that, so only an engine that verifies checksums itself may
         send it here (it does whenever its ``validate`` policy is not ``"off"``).
         """
-        if "ChecksumMode" in extra_args and not self.verifies:
+        if bucket in self._unserved or ("ChecksumMode" in extra_args and not self.verifies):
             return None
         cache_key = (bucket, tuple(sorted(extra_args.items())))
         future = self._templates.get(cache_key)
         if future is None:
-            if len(self._templates) >= 256:  # per-object VersionIds would grow it forever
+            if len(self._templates) >= _MAX_CACHED:
                 self._templates.clear()
             future = asyncio.get_running_loop().create_future()
             self._templates[cache_key] = future
@@ -130,11 +156,35 @@ class SignedGets:
                 future.set_result(await self._capture(bucket, extra_args))
             except BaseException as exc:
                 future.set_result(None)
-                del self._templates[cache_key]
+                # Not kept, so a later GET tries again; a clear() or a redirect while
+                # this capture ran may have dropped it (or put another in its place).
+                if self._templates.get(cache_key) is future:
+                    del self._templates[cache_key]
                 if not isinstance(exc, Exception):
                     raise
-        result: GetTemplate | None = await asyncio.shield(future)
-        return result
+        return await asyncio.shield(future)
+
+    def redirected(self, bucket: str, template: GetTemplate) -> None:
+        """A GET sent with ``template`` was redirected, and ``get_object`` has since
+        followed the redirect (botocore now knows where the bucket lives).
+
+        The bucket's templates are captured again, once: the new ones are signed for
+        the bucket's region. Should one of those be redirected as well, capturing again
+        would not help: the bucket's GETs go to ``get_object`` instead, rather than
+        costing two round trips (and a capture) each.
+        """
+        unserved = template.after_redirect
+        remembered = self._unserved if unserved else self._moved
+        if len(remembered) >= _MAX_CACHED:
+            remembered.clear()
+        remembered.add(bucket)
+        for cache_key, future in list(self._templates.items()):
+            # A capture still in flight may be stale too: it is dropped when its own
+            # GET is redirected.
+            if cache_key[0] == bucket and future.done():
+                cached = future.result()
+                if cached is not None and (unserved or not cached.after_redirect):
+                    del self._templates[cache_key]
 
     async def _capture(self, bucket: str, extra_args: ExtraArgs) -> GetTemplate | None:
         def grab(request: Any, **_: Any) -> None:
@@ -142,15 +192,18 @@ class SignedGets:
             if _SENTINEL in request.url:
                 raise _Captured(request)
 
+        after_redirect = bucket in self._moved
         events = self._client.meta.events
-        unique_id = f"asyncdl-capture-{id(self)}"
-        events.register_first("before-send.s3.GetObject", grab, unique_id=unique_id)
+        # Each capture registers (and removes) its own handler: captures of other
+        # buckets may be in flight, and one that lost its handler to another's
+        # unregister would send its sentinel GET for real.
+        events.register_first("before-send.s3.GetObject", grab)
         try:
             await self._client.get_object(Bucket=bucket, Key=_SENTINEL, **extra_args)
         except _Captured as captured:
-            return _template_from(captured.request)
+            return _template_from(captured.request, after_redirect=after_redirect)
         finally:
-            events.unregister("before-send.s3.GetObject", unique_id=unique_id)
+            events.unregister("before-send.s3.GetObject", grab)
         return None  # pragma: no cover - a handler swallowed the capture
 
     async def send(
@@ -188,7 +241,7 @@ class SignedGets:
         raise ClientError(_error_response(status, response.headers, raw_body), "GetObject")
 
 
-def _template_from(request: Any) -> GetTemplate | None:
+def _template_from(request: Any, *, after_redirect: bool) -> GetTemplate | None:
     url: str = request.url
     if url.count(_SENTINEL) != 1:
         return None
@@ -211,7 +264,13 @@ def _template_from(request: Any) -> GetTemplate | None:
             return None
         scope = (parts[2], parts[3])
     kept = tuple((n, v) for n, v in headers.items() if n.lower() not in _PER_REQUEST)
-    return GetTemplate(url_prefix=prefix, url_suffix=suffix, headers=kept, scope=scope)
+    return GetTemplate(
+        url_prefix=prefix,
+        url_suffix=suffix,
+        headers=kept,
+        scope=scope,
+        after_redirect=after_redirect,
+    )
 
 
 def _error_response(status: int, headers: Mapping[str, str], body: bytes) -> dict[str, Any]:
