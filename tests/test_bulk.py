@@ -10,11 +10,14 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+from xml.sax.saxutils import escape
 
 import pytest
+from moto.s3.models import s3_backends
 
 import asyncdl
 from asyncdl.bulk import relative_path
+from asyncdl.cli_output import result_json
 from asyncdl.testing.tcp_proxy import Fault, TcpProxy
 
 from .conftest import CHUNK, gone_within_a_second, payload, temp_files
@@ -22,6 +25,14 @@ from .conftest import CHUNK, gone_within_a_second, payload, temp_files
 
 def files_under(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+
+
+def put_in_backend(bucket: str, objects: dict[str, bytes]) -> None:
+    """Put objects straight into moto's in-process backend (the server's): many small
+    objects in a blink, where PUTs over HTTP take seconds."""
+    backend = s3_backends["123456789012"]["global"]  # moto's default account
+    for key, body in objects.items():
+        backend.put_object(bucket, key, body)
 
 
 def put_many(s3: Any, bucket: str, objects: dict[str, bytes]) -> None:
@@ -95,10 +106,39 @@ async def test_download_many_accepts_requests_and_async_iterables(
     assert all("if-match" in r.headers and r.range is None for r in proxy.requests)
 
 
-async def test_download_many_refuses_malformed_items(engine: asyncdl.Engine) -> None:
-    with pytest.raises(TypeError, match="bucket, key, path"):
-        async for _ in engine.download_many([("only", "two")]):  # type: ignore[list-item]
-            pass
+async def test_malformed_items_are_failed_results(
+    engine: asyncdl.Engine, s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path
+) -> None:
+    s3.put_object(Bucket=bucket, Key="good", Body=b"ok")
+    malformed: list[Any] = [
+        ("only", "two"),
+        None,
+        f"s3://{bucket}/good",
+        (bucket, "good", tmp_path / "four", "extra"),
+        (bucket, 42, tmp_path / "n"),
+        (bucket, None, tmp_path / "n"),
+        (None, "good", tmp_path / "n"),
+        (bucket, "good", 3.5),
+        (bucket, "good", None),
+        asyncdl.DownloadRequest(bucket, 7, tmp_path / "n"),  # type: ignore[arg-type]
+    ]
+    items = [*malformed[:5], (bucket, "good", tmp_path / "good"), *malformed[5:]]
+
+    results = [r async for r in engine.download_many(items)]
+
+    assert len(results) == len(items)
+    assert [r.key for r in results if r.ok] == ["good"]
+    assert (tmp_path / "good").read_bytes() == b"ok"
+    refused = [r for r in results if not r.ok]
+    assert len(refused) == len(malformed)
+    for result in refused:
+        assert isinstance(result.error, asyncdl.InvalidRequestError)
+        assert isinstance(result.bucket, str)
+        assert isinstance(result.key, str)
+        assert (result.size, result.requests) == (None, 0)
+    assert "a (bucket, key, path) tuple or a DownloadRequest" in str(refused[0].error)
+    assert len(proxy.requests) == 1  # nothing sent for the malformed ones
+    assert os.listdir(tmp_path) == ["good"]
 
 
 async def test_concurrency_budget_is_never_exceeded(
@@ -220,7 +260,7 @@ async def test_download_prefix(
         ("pre/a", "pre/", "a"),
         ("pre/a/b", "pre/", "a/b"),
         ("pre/a", "pre", "a"),
-        ("prefix-a", "pre", "fix-a"),
+        ("pre/a/b", "pre", "a/b"),
         ("a/b", "", "a/b"),
         ("..a/b..", "", "..a/b.."),
     ],
@@ -241,10 +281,13 @@ def test_relative_path(key: str, prefix: str, expected: str) -> None:
         ("pre/a/..", "pre/"),
         ("pre/a\\..\\b", "pre/"),
         ("pre/x/", "pre/"),
+        # A prefix without its "/" is the folder: these keys are not in it.
+        ("prefix-a", "pre"),
+        ("pre", "pre"),
     ],
 )
 def test_relative_path_refuses_escapes(key: str, prefix: str) -> None:
-    with pytest.raises(ValueError, match=r"refusing|names no file"):
+    with pytest.raises(ValueError, match=r"refusing|names no file|not in the folder"):
         relative_path(key, prefix)
 
 
@@ -265,3 +308,135 @@ async def test_closing_download_prefix_cancels_at_once(
                     break
         assert temp_files(tmp_path) == []  # at once, not when the collector runs
     assert os.listdir(tmp_path) == ["a-small"]
+
+
+async def test_a_prefix_without_its_slash_is_the_folder(
+    engine: asyncdl.Engine, s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path
+) -> None:
+    # Without the folder meaning, "logsa" and "logs/a" would both land on dest/a,
+    # and "logs2/a" on dest/2/a, each reported a success.
+    inside = {"logs/a": b"in-a", "logs/sub/b": b"in-b"}
+    put_many(s3, bucket, {**inside, "logsa": b"out", "logs2/a": b"out2", "logs": b"file"})
+    dest = tmp_path / "dest"
+
+    results = [r async for r in engine.download_prefix(bucket, "logs", dest)]
+
+    assert sorted(r.key for r in results) == sorted(inside)
+    assert all(r.ok for r in results)
+    assert files_under(dest) == ["a", "sub/b"]
+    assert (dest / "a").read_bytes() == b"in-a"
+    (listing,) = [r for r in proxy.requests if "list-type=2" in r.path]
+    assert "prefix=logs%2F" in listing.path
+
+
+async def test_a_key_that_is_a_file_and_a_directory_fails_the_second(
+    engine: asyncdl.Engine, s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path
+) -> None:
+    # S3 lists p/x before p/x/y: the file wins, the key that needs x as a directory
+    # fails; so does one that needs a directory where a file already is.
+    good = {"p/a": b"a", "p/big": payload(3 * CHUNK), "p/x": b"the file x", "p/z": b"z"}
+    bad = {"p/x/y": b"under x", "p/x/deeper/y": b"", "p/f/g": b"g"}
+    put_many(s3, bucket, {**good, **bad})
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    (dest / "f").write_bytes(b"already here")
+
+    results = {r.key: r async for r in engine.download_prefix(bucket, "p/", dest)}
+
+    assert set(results) == {*good, *bad}
+    for key, data in good.items():
+        assert results[key].ok, results[key].error
+        assert (dest / key.removeprefix("p/")).read_bytes() == data
+    for key, data in bad.items():
+        assert isinstance(results[key].error, asyncdl.InvalidRequestError)
+        assert (results[key].requests, results[key].size) == (0, len(data))
+    # Refusals take no slot: p/x/y is listed in the same pull as p/x, before any
+    # result (the earliest p/x is known to be on disk), so the message names p/x.
+    assert "'p/x'" in str(results["p/x/y"].error)
+    assert str(dest / "f") in str(results["p/f/g"].error)
+    assert (dest / "f").read_bytes() == b"already here"
+    assert files_under(dest) == ["a", "big", "f", "x", "z"]
+    requested = {r.path.split("?")[0] for r in proxy.requests if "list-type=2" not in r.path}
+    assert requested == {f"/{bucket}/{key}" for key in good}
+
+
+def listing_reply(bucket: str, prefix: str, entries: list[dict[str, Any]]) -> bytes:
+    """A ListObjectsV2 answer with its entries in the order given, as a directory
+    bucket (S3 Express) may list them: not sorted."""
+    contents = "".join(
+        f"<Contents><Key>{escape(e['Key'])}</Key><LastModified>2026-01-01T00:00:00.000Z"
+        f"</LastModified><ETag>{escape(e['ETag'])}</ETag><Size>{e['Size']}</Size>"
+        "<StorageClass>STANDARD</StorageClass></Contents>"
+        for e in entries
+    )
+    return (
+        '<?xml version="1.0" encoding="UTF-8"?>'
+        '<ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'
+        f"<Name>{bucket}</Name><Prefix>{escape(prefix)}</Prefix><KeyCount>{len(entries)}"
+        f"</KeyCount><MaxKeys>1000</MaxKeys><IsTruncated>false</IsTruncated>{contents}"
+        "</ListBucketResult>"
+    ).encode()
+
+
+async def test_a_directory_listed_before_a_file_of_its_name_fails_the_file(
+    engine: asyncdl.Engine, s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path
+) -> None:
+    put_many(s3, bucket, {"p/x/y": b"under x", "p/x": b"the file x", "p/a": b"a"})
+    listed = s3.list_objects_v2(Bucket=bucket, Prefix="p/")["Contents"]
+    unsorted = sorted(listed, key=lambda e: -len(e["Key"]))  # p/x/y, then p/x, p/a
+    body = listing_reply(bucket, "p/", unsorted)
+    reply = (200, {"content-type": "application/xml", "content-length": str(len(body))}, body)
+    proxy.rule = lambda r: Fault(reply=reply) if "list-type=2" in r.path else None
+    dest = tmp_path / "dest"
+
+    results = {r.key: r async for r in engine.download_prefix(bucket, "p/", dest)}
+
+    assert results["p/x/y"].ok
+    assert results["p/a"].ok
+    assert (dest / "x" / "y").read_bytes() == b"under x"
+    error = results["p/x"].error
+    assert isinstance(error, asyncdl.InvalidRequestError)
+    assert "'p/x/y'" in str(error)
+    assert (results["p/x"].requests, results["p/x"].size) == (0, len(b"the file x"))
+    assert files_under(dest) == ["a", "x/y"]
+    assert not [r for r in proxy.requests if r.path.split("?")[0] == f"/{bucket}/p/x"]
+
+
+async def test_a_failed_result_keeps_the_size_it_was_given_else_none(
+    engine: asyncdl.Engine, s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path
+) -> None:
+    put_many(s3, bucket, {"p/gone": b"12345", "p/here": b"x"})
+    # Deleted between the listing and its GET.
+    gone = f"/{bucket}/p/gone"
+    proxy.rule = lambda r: Fault(status=404, error_code="NoSuchKey") if r.path == gone else None
+
+    listed = {r.key: r async for r in engine.download_prefix(bucket, "p/", tmp_path / "d")}
+    assert isinstance(listed["p/gone"].error, asyncdl.ObjectNotFoundError)
+    assert listed["p/gone"].size == 5  # as listed
+
+    (unknown,) = [r async for r in engine.download_many([(bucket, "nope", tmp_path / "nope")])]
+    assert isinstance(unknown.error, asyncdl.ObjectNotFoundError)
+    assert unknown.size is None
+    assert result_json(unknown)["size"] is None
+
+
+async def test_a_failed_listing_page_is_retried_from_where_it_failed(
+    engine: asyncdl.Engine, s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path
+) -> None:
+    files = {"p/a": b"a", "p/b": payload(CHUNK + 3), "p/z1": b"z1", "p/z2": b""}
+    put_many(s3, bucket, files)
+    # 999 folder markers: the first page (1,000 keys) ends among them, the second
+    # holds p/z1 and p/z2. Put in moto's backend: 999 PUTs over HTTP take seconds.
+    put_in_backend(bucket, dict.fromkeys((f"p/m{i:04d}/" for i in range(999)), b""))
+    faults = [Fault(status=503, error_code="SlowDown"), Fault(reset=True)]
+    proxy.rule = lambda r: faults.pop(0) if "continuation-token=" in r.path and faults else None
+
+    results = [r async for r in engine.download_prefix(bucket, "p/", tmp_path)]
+
+    assert sorted(r.key for r in results) == sorted(files)
+    assert all(r.ok for r in results)
+    assert {k: (tmp_path / k[2:]).read_bytes() for k in files} == files
+    listings = [r.path for r in proxy.requests if "list-type=2" in r.path]
+    assert len(listings) == 4
+    assert "continuation-token=" not in listings[0]  # the first page, listed once
+    assert len(set(listings[1:])) == 1  # the second page, asked for three times

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 from collections.abc import AsyncGenerator, AsyncIterable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -17,7 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 from aiofiles.os import wrap
 
+from .config import is_int_at_least
 from .errors import DownloadError, InvalidRequestError, translate
+from .listing import list_pages
 from .progress import ProgressCallback
 from .request_args import ExtraArgs, redacted
 from .results import DownloadResult
@@ -53,11 +56,29 @@ DownloadItem = DownloadRequest | tuple[str, str, "str | os.PathLike[str]"]
 
 
 def as_request(item: object) -> DownloadRequest:
-    if isinstance(item, DownloadRequest):
-        return item
+    """``item`` as a request, or an ``InvalidRequestError`` if its shape or types are
+    wrong (the engine checks the values before it sends anything)."""
     if isinstance(item, tuple) and len(item) == 3:
-        return DownloadRequest(*item)
-    raise TypeError(f"expected a (bucket, key, path) tuple or a DownloadRequest, got {item!r}")
+        item = DownloadRequest(*item)
+    if not isinstance(item, DownloadRequest):
+        bucket, key = (*item, None, None)[:2] if isinstance(item, tuple) else (None, None)
+        raise InvalidRequestError(
+            f"expected a (bucket, key, path) tuple or a DownloadRequest, got {item!r}",
+            bucket=_text(bucket),
+            key=_text(key),
+        )
+    where = {"bucket": _text(item.bucket), "key": _text(item.key)}
+    for name, value in (("bucket", item.bucket), ("key", item.key)):
+        if not isinstance(value, str):
+            raise InvalidRequestError(f"{name} must be a string, got {value!r}", **where)
+    if not isinstance(item.path, (str, os.PathLike)):
+        raise InvalidRequestError(f"path must be a str or os.PathLike, got {item.path!r}", **where)
+    return item
+
+
+def _text(value: object) -> str:
+    # A result's bucket and key are strings, even for an item that had none.
+    return value if isinstance(value, str) else ""
 
 
 async def _pull(items: Iterable[Any] | AsyncIterable[Any]) -> AsyncGenerator[Any]:
@@ -94,7 +115,11 @@ async def download_many(
                 if isinstance(item, DownloadResult):
                     yield item
                     continue
-                request = as_request(item)
+                try:
+                    request = as_request(item)
+                except InvalidRequestError as refusal:
+                    yield failed(refusal.bucket, refusal.key, "", refusal, strategy)
+                    continue
                 running.add(
                     asyncio.create_task(
                         _one(
@@ -143,7 +168,8 @@ async def _one(
             progress=progress,
         )
     except DownloadError as error:
-        return failed(request.bucket, request.key, request.path, error, strategy)
+        size = request.size if is_int_at_least(request.size, 0) else None
+        return failed(request.bucket, request.key, request.path, error, strategy, size=size)
 
 
 def failed(
@@ -152,7 +178,10 @@ def failed(
     path: str | os.PathLike[str],
     error: DownloadError,
     strategy: str | Strategy,
+    *,
+    size: int | None = None,
 ) -> DownloadResult:
+    """The result of a download that failed; ``size`` is the object's, if known."""
     try:
         where = Path(os.fspath(path))
     except TypeError:
@@ -161,7 +190,7 @@ def failed(
         bucket=bucket,
         key=key,
         path=where,
-        size=0,
+        size=size,
         etag=None,
         strategy=strategy if isinstance(strategy, str) else strategy.name,
         requests=error.requests,
@@ -181,9 +210,20 @@ async def download_prefix(
     progress: ProgressCallback | None = None,
 ) -> AsyncGenerator[DownloadResult]:
     """See :meth:`Engine.download_prefix`."""
-    root = await _check_dest_dir_off_loop(dest_dir, bucket=bucket, prefix=prefix)
+    if not isinstance(prefix, str):
+        raise InvalidRequestError(
+            f"prefix must be a string, got {prefix!r}", bucket=_text(bucket), key=""
+        )
+    folder = _folder(prefix)
+    root = await _check_dest_dir_off_loop(dest_dir, bucket=bucket, prefix=folder)
+    places = _Places(root)
     listing = _list_requests(
-        engine, bucket=bucket, prefix=prefix, root=root, strategy=strategy, extra_args=extra_args
+        engine,
+        bucket=bucket,
+        prefix=folder,
+        places=places,
+        strategy=strategy,
+        extra_args=extra_args,
     )
     results = download_many(
         engine,
@@ -197,7 +237,14 @@ async def download_prefix(
     # cancelled and their temp files removed now, not when the collector runs.
     async with contextlib.aclosing(results):
         async for result in results:
+            places.settle(result)
             yield result
+
+
+def _folder(prefix: str) -> str:
+    # "logs" is the folder logs/, as "cp -r logs" has it: as a bare string prefix it
+    # would also take logsa (landing on a/, beside logs/a) and logs2/a (on 2/a).
+    return prefix if not prefix or prefix.endswith("/") else prefix + "/"
 
 
 # ListObjectsV2 takes these of a download's arguments; the rest are per object.
@@ -212,7 +259,53 @@ def _check_dest_dir(dest_dir: str | os.PathLike[str], *, bucket: str, prefix: st
 
 
 _check_dest_dir_off_loop = wrap(_check_dest_dir)
+# Off the event loop: a busy disk can stall mkdir for long.
 _makedirs = wrap(os.makedirs)
+
+
+class _Places:
+    """The local paths one listing has handed out, as files and as directories.
+
+    S3 holds ``p/x`` and ``p/x/y`` side by side; on disk ``x`` is a file or a
+    directory. Whichever of the two keys is listed second is refused, whatever the
+    timing of the downloads, and the first is downloaded as if it were alone. A file
+    still in flight (or failed) is known only here; one on disk stops ``os.makedirs``.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        #: Directories made, each with the first key that needed it.
+        self._dirs: dict[Path, str] = {}
+        #: Files handed out, with their keys, until they are on disk.
+        self._files: dict[Path, str] = {}
+
+    async def claim(self, key: str, target: Path, depth: int) -> str | None:
+        """Hand ``target`` (``depth`` segments below the root) to ``key`` and make its
+        directories; or say why it cannot have it."""
+        if target in self._dirs:
+            return f"{str(target)!r} is already a directory (for key {self._dirs[target]!r})"
+        directories = target.parents[:depth]  # the root last
+        for directory in directories[:-1]:
+            if directory in self._files:
+                return f"{str(directory)!r} is already a file (key {self._files[directory]!r})"
+        if self.root not in self._dirs:
+            # Made with the first key, not before: a listing that finds nothing (or
+            # fails) leaves nothing behind. If it cannot be made, no key can land.
+            await _makedirs(self.root, exist_ok=True)
+            self._dirs[self.root] = key
+        if target.parent not in self._dirs:
+            try:
+                await _makedirs(target.parent, exist_ok=True)
+            except OSError as exc:
+                return f"cannot create directory {str(target.parent)!r}: {exc.strerror}"
+            for directory in directories:
+                self._dirs.setdefault(directory, key)
+        self._files[target] = key
+        return None
+
+    def settle(self, result: DownloadResult) -> None:
+        if result.ok:
+            self._files.pop(result.path, None)  # on disk: os.makedirs sees it now
 
 
 async def _list_requests(
@@ -220,15 +313,12 @@ async def _list_requests(
     *,
     bucket: str,
     prefix: str,
-    root: Path,
+    places: _Places,
     strategy: str | Strategy,
     extra_args: ExtraArgs | None,
 ) -> AsyncGenerator[DownloadRequest | DownloadResult]:
     params = {name: extra_args[name] for name in _LIST_ARGS if extra_args and name in extra_args}
-    made: set[Path] = set()
-    pages = engine.client.get_paginator("list_objects_v2").paginate(
-        Bucket=bucket, Prefix=prefix, **params
-    )
+    pages = list_pages(engine.client, engine.config, bucket=bucket, prefix=prefix, params=params)
     try:
         async for page in pages:
             for entry in page.get("Contents", ()):
@@ -239,13 +329,14 @@ async def _list_requests(
                     relative = relative_path(key, prefix)
                 except ValueError as exc:
                     refusal = InvalidRequestError(str(exc), bucket=bucket, key=key)
-                    yield failed(bucket, key, root, refusal, strategy)
+                    yield failed(bucket, key, places.root, refusal, strategy, size=size)
                     continue
-                target = root.joinpath(*relative.parts)
-                if target.parent not in made:
-                    # Off the event loop: a busy disk can stall mkdir for long.
-                    await _makedirs(target.parent, exist_ok=True)
-                    made.add(target.parent)
+                target = places.root.joinpath(*relative.parts)
+                conflict = await places.claim(key, target, len(relative.parts))
+                if conflict is not None:
+                    refusal = InvalidRequestError(conflict, bucket=bucket, key=key)
+                    yield failed(bucket, key, target, refusal, strategy, size=size)
+                    continue
                 yield DownloadRequest(bucket, key, target, size=size, etag=entry.get("ETag"))
     except DownloadError:
         raise
@@ -253,19 +344,37 @@ async def _list_requests(
         raise translate(exc, bucket=bucket, key=prefix) from exc
 
 
-def relative_path(key: str, prefix: str) -> PurePosixPath:
+# Windows refuses these in a name. A colon is worse than refused: "D:x" is a path
+# relative to drive D (outside the destination), "a:b" the NTFS stream b of file a.
+_WINDOWS_FORBIDDEN = re.compile(r'[<>:"|?*\x00-\x1f]')
+# Device names, in any case and with any extension ("nul.txt" is NUL too).
+_WINDOWS_DEVICES = frozenset(
+    {"CON", "PRN", "AUX", "NUL", "CONIN$", "CONOUT$"}
+    | {f"{port}{n}" for port in ("COM", "LPT") for n in "0123456789\u00b9\u00b2\u00b3"}
+)
+
+
+def relative_path(key: str, prefix: str, *, windows: bool | None = None) -> PurePosixPath:
     """Where ``key`` lands under the destination, or ``ValueError`` if it would escape it.
 
-    The part of the key after ``prefix`` names the file; with a prefix that does not
-    end in ``/`` (``logs`` for ``logs/a``), the one separator after it is dropped.
+    A ``prefix`` that does not end in ``/`` (and is not empty) is the folder
+    ``prefix/``: ``logs/a`` is ``a`` under ``logs``, and ``logsa`` is not in it. Each
+    segment after the prefix must name itself, one file or directory, under the rules
+    of the platform (Windows' with ``windows``, by default where ``os.name`` is
+    ``"nt"``): nowhere an empty, ``.`` or ``..`` segment, a NUL or a backslash; on
+    Windows also no drive or stream colon nor other character it refuses, no trailing
+    dot or space (it drops them), no device name (``CON``, ``nul.txt``, ``COM1``).
     """
-    rest = key[len(prefix) :]
-    if prefix and not prefix.endswith("/") and rest.startswith("/"):
-        rest = rest[1:]
+    folder = _folder(prefix)
+    if not key.startswith(folder):
+        raise ValueError(f"key {key!r} is not in the folder {folder!r}")
+    rest = key[len(folder) :]
     if not rest:
         raise ValueError(f"key {key!r} names no file under the prefix {prefix!r}")
     if rest.startswith("/"):
         raise ValueError(f"refusing key {key!r}: an absolute path")
+    if windows is None:
+        windows = os.name == "nt"
     segments = rest.split("/")
     for segment in segments:
         if segment in ("", ".", ".."):
@@ -274,4 +383,21 @@ def relative_path(key: str, prefix: str) -> PurePosixPath:
             )
         if "\x00" in segment or "\\" in segment:
             raise ValueError(f"refusing key {key!r}: a NUL or backslash in a path segment")
+        why = _windows_refusal(segment) if windows else None
+        if why is not None:
+            raise ValueError(f"refusing key {key!r}: segment {segment!r} {why}")
     return PurePosixPath(*segments)
+
+
+def _windows_refusal(segment: str) -> str | None:
+    """Why Windows would not store ``segment`` as one name of its own, else ``None``."""
+    forbidden = _WINDOWS_FORBIDDEN.search(segment)
+    if forbidden is not None:
+        if forbidden.group() == ":":
+            return "holds ':', a drive or stream separator on Windows"
+        return f"holds {forbidden.group()!r}, which Windows does not allow in a name"
+    if segment.endswith((".", " ")):
+        return "ends in a dot or space, which Windows drops"
+    if segment.partition(".")[0].rstrip(" ").upper() in _WINDOWS_DEVICES:
+        return "is a device name on Windows"
+    return None

@@ -107,7 +107,7 @@ async def main_async(args: argparse.Namespace) -> list[Row]:
                         Row(
                             strategy=strategy,
                             objects=len(results),
-                            bytes=sum(r.size for r in results),
+                            bytes=sum(r.size or 0 for r in results),  # successes only: ints
                             requests=sum(r.requests for r in results),
                             small_requests=sum(
                                 r.requests for r in results if r.key.startswith("small/")

@@ -404,10 +404,14 @@ class Engine:
     ) -> AsyncGenerator[DownloadResult]:
         """Download every object under ``s3://bucket/prefix`` into ``dest_dir``.
 
-        Lists with ListObjectsV2 page by page while downloading; each listed size and
-        ETag is passed on, so no object needs a discovery request and every GET is
-        pinned. A key that would land outside ``dest_dir`` is refused and reported
-        as that item's error; folder markers (``.../`` of size 0) are skipped.
+        A ``prefix`` that does not end in ``/`` is the folder: ``"logs"`` means
+        ``logs/``, as in ``asyncdl cp -r`` (not ``logsa`` nor ``logs2/a``).
+        Lists with ListObjectsV2 page by page while downloading (a failed page is
+        retried as a GET is); each listed size and ETag is passed on, so no object
+        needs a discovery request and every GET is pinned. A key that would land
+        outside ``dest_dir``, or on a path an earlier key of the listing holds
+        (``p/x`` and ``p/x/y``: a file and a directory), is refused and reported as
+        that item's error; folder markers (``.../`` of size 0) are skipped.
         """
         return bulk.download_prefix(
             self,

@@ -16,8 +16,9 @@ class DownloadResult:
     key: str
     #: Where the object now is.
     path: Path
-    #: Object size in bytes, as written.
-    size: int
+    #: Object size in bytes, as written. On a failed result, the size the request
+    #: carried (a listing's, say), or ``None`` when it was not known.
+    size: int | None
     #: The ETag every request was pinned to (quoted, as S3 sends it). ``None`` only for
     #: an empty object discovered by a 416 answer that carried no ETag.
     etag: str | None
@@ -25,7 +26,7 @@ class DownloadResult:
     strategy: str
     #: S3 requests this download made, retries included.
     requests: int
-    #: Why the download failed, in bulk downloads (``size`` is then 0); ``None`` on success.
+    #: Why the download failed, in bulk downloads; ``None`` on success.
     error: DownloadError | None = None
     #: S3's checksum of the object, ``"ALGORITHM:base64"`` (``-N`` when COMPOSITE), if seen.
     checksum: str | None = None

@@ -8,6 +8,7 @@ import pandas as pd
 
 from ..config import TransferConfig
 from ..errors import translate
+from ..listing import list_pages
 from ._errors import ManifestError
 from ._runtime import runtime
 
@@ -50,12 +51,17 @@ async def _list(
     sizes: list[int] = []
     etags: list[str | None] = []
     prefixes: list[str] = []
-    params = {"Bucket": bucket, "Prefix": prefix, **list_args}
-    if delimiter:
-        params["Delimiter"] = delimiter
     try:
         engine = await runtime().engine(config)
-        async for page in engine.client.get_paginator("list_objects_v2").paginate(**params):
+        pages = list_pages(
+            engine.client,
+            config,
+            bucket=bucket,
+            prefix=prefix,
+            delimiter=delimiter,
+            params=list_args,
+        )
+        async for page in pages:
             for entry in page.get("Contents", ()):
                 key, size = entry["Key"], int(entry["Size"])
                 if key.endswith("/") and size == 0:

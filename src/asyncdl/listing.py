@@ -1,0 +1,60 @@
+"""ListObjectsV2, page by page, each page retried like a GET.
+
+An engine's own client has botocore's retries off (asyncdl owns them), so one
+503 SlowDown or reset on any page would end a listing of millions of keys. Each
+page gets ``config.max_attempts``; a retry asks for the page that failed again
+(its ContinuationToken), never for the listing from the start.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Mapping
+from typing import Any
+
+from .config import TransferConfig
+from .errors import DownloadError
+from .retry import after_failure
+
+
+async def list_pages(
+    client: Any,
+    config: TransferConfig,
+    *,
+    bucket: str,
+    prefix: str,
+    delimiter: str | None = None,
+    params: Mapping[str, object] | None = None,
+    page_size: int | None = None,
+) -> AsyncGenerator[dict[str, Any]]:
+    """Every page of ``s3://bucket/prefix`` (``params``: RequestPayer and such), in order.
+
+    ``page_size`` is ListObjectsV2's MaxKeys (S3 gives 1,000 without it). When a page
+    runs out of attempts or fails for good, its error is raised as a ``DownloadError``
+    whose key is the prefix.
+    """
+    request: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix, **(params or {})}
+    if delimiter:
+        request["Delimiter"] = delimiter
+    if page_size is not None:
+        request["MaxKeys"] = page_size
+    failures = 0
+    while True:
+        try:
+            page: dict[str, Any] = await client.list_objects_v2(**request)
+        except Exception as exc:
+            failures = await after_failure(
+                config, exc, failures, bucket=bucket, key=prefix, what="a listing page"
+            )
+            continue
+        failures = 0
+        yield page
+        token = page.get("NextContinuationToken")
+        if not page.get("IsTruncated") or not token:
+            return
+        if token == request.get("ContinuationToken"):
+            # As botocore's paginator: a server that hands back the same page
+            # forever must not keep a listing going forever.
+            raise DownloadError(
+                "the listing repeated its continuation token", bucket=bucket, key=prefix
+            )
+        request["ContinuationToken"] = token
