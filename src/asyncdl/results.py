@@ -19,8 +19,8 @@ class DownloadResult:
     #: Object size in bytes, as written. On a failed result, the size the request
     #: carried (a listing's, say), or ``None`` when it was not known.
     size: int | None
-    #: The ETag every request was pinned to (quoted, as S3 sends it). ``None`` only for
-    #: an empty object discovered by a 416 answer that carried no ETag.
+    #: The ETag every request was pinned to (quoted, as S3 sends it). ``None`` only when
+    #: the server sent none (then the object came in one GET), or on a failed result.
     etag: str | None
     #: Name of the strategy that ran: ``"get-first"`` or ``"head-first"``.
     strategy: str
