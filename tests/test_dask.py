@@ -6,10 +6,12 @@ cluster (``AWS_ENDPOINT_URL_S3`` in their environment), which counts every reque
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import errno
 import json
 import os
+import re
 import signal
 import time
 from collections.abc import Iterator
@@ -20,11 +22,13 @@ from typing import Any
 import pandas as pd
 import pytest
 from distributed import Client, LocalCluster
+from distributed.protocol.pickle import dumps as dask_pickle
 from moto.s3.models import s3_backends
 
 import asyncdl
 import asyncdl.dask as adask
 from asyncdl.dask import _skip
+from asyncdl.dask._partition import Job
 from asyncdl.testing.moto_server import FAKE_ENV
 from asyncdl.testing.tcp_proxy import Fault, TcpProxy
 from asyncdl.writer import is_temp_file
@@ -391,7 +395,11 @@ def test_bad_input_raises_before_anything_runs(
 
 
 def test_a_killed_worker_is_replaced_and_the_run_completes(
-    dask_client: Client, recording: TcpProxy, s3: Any, tmp_path: Path
+    dask_client: Client,
+    recording: TcpProxy,
+    s3: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     bucket = "dask-kill"
     # Several parts each (CHUNK is 64 KiB): a temp file stays open while they stream.
@@ -399,6 +407,9 @@ def test_a_killed_worker_is_replaced_and_the_run_completes(
     seed(s3, bucket, objects)
     pids = dask_client.run(os.getpid)
     victim = sorted(pids.values())[0]
+    # A relative dest_dir is the client's: the workers run elsewhere.
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "out"
     # Slow every GET down so that the kill lands mid-run.
     recording.rule = lambda request: Fault(delay=0.05) if request.method == "GET" else None
     try:
@@ -406,17 +417,23 @@ def test_a_killed_worker_is_replaced_and_the_run_completes(
             running = pool.submit(
                 adask.download_manifest,
                 [(bucket, key) for key in objects],
-                tmp_path,
+                "out",
                 client=dask_client,
                 partition_size=10,
                 config=CONFIG,
             )
             # Kill the worker while it holds a temp file open: it is sure to be left.
             deadline = time.monotonic() + 60
-            while not any(".asyncdl-tmp" in target for target in open_files(victim)):
+            while not (opened := [t for t in open_files(victim) if ".asyncdl-tmp" in t]):
                 assert time.monotonic() < deadline, "the worker never opened a temp file"
                 assert not running.done(), running.result()
                 time.sleep(0.005)
+            # A file named like one of this run's temp files, in a directory the run
+            # never writes into: the sweep lists only the run's own directories.
+            run = re.search(r"\.([0-9a-f]{16})-[0-9a-f]{8}\.asyncdl-tmp$", opened[0])
+            elsewhere = out / "elsewhere" / f".x.{run[1] if run else 'none'}-0123abcd.asyncdl-tmp"
+            elsewhere.parent.mkdir(parents=True)
+            elsewhere.write_bytes(b"not this run's")
             os.kill(victim, signal.SIGKILL)
             summary = running.result(timeout=90)
     finally:
@@ -425,12 +442,161 @@ def test_a_killed_worker_is_replaced_and_the_run_completes(
 
     assert (summary.downloaded, summary.failed) == (len(objects), 0), summary.failures
     for key, body in objects.items():
-        assert (tmp_path / key).read_bytes() == body
+        assert (out / key).read_bytes() == body
     assert summary.temp_files_removed >= 1
-    assert temp_files_under(tmp_path) == []
-    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file()) == [
-        *sorted(objects)
+    assert temp_files_under(out) == [elsewhere]
+    assert run is not None, opened
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()) == sorted(
+        [*objects, str(elsewhere.relative_to(out))]
+    )
+
+
+def test_the_sweep_leaves_other_downloads_temp_files_alone(
+    dask_client: Client, s3: Any, tmp_path: Path
+) -> None:
+    bucket = "dask-lookalike"
+    objects = {f"s/{i:02d}": payload(10 + i, seed=i) for i in range(20)}
+    # Real objects named like temp files: of a library download, and of a Dask run.
+    objects["s/.real.0123abcd.asyncdl-tmp"] = b"real"
+    objects["s/.real.0123456789abcdef-0123abcd.asyncdl-tmp"] = b"real too"
+    seed(s3, bucket, objects)
+    # Temp files of downloads still running into the same tree: a CLI or library one
+    # and another Dask run's, in a directory this run writes into, and at the top.
+    (tmp_path / "s").mkdir()
+    foreign = [
+        tmp_path / "s" / ".a.89abcdef.asyncdl-tmp",
+        tmp_path / "s" / ".b.fedcba9876543210-89abcdef.asyncdl-tmp",
+        tmp_path / ".c.89abcdef.asyncdl-tmp",
     ]
+    for path in foreign:
+        path.write_bytes(b"in flight")
+    summary = adask.download_manifest(
+        [(bucket, key) for key in objects], tmp_path, client=dask_client, partition_size=5
+    )
+    assert (summary.downloaded, summary.failed) == (len(objects), 0), summary.failures
+    assert summary.temp_files_removed == 0
+    for key, body in objects.items():
+        assert (tmp_path / key).read_bytes() == body
+    for path in foreign:
+        assert path.read_bytes() == b"in flight"
+    # Nor does the public sweep touch them: no Dask run of this tree made them.
+    assert adask.remove_temp_files(tmp_path, client=dask_client) == 0
+    for path in foreign:
+        assert path.read_bytes() == b"in flight"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".c.89abcdef.asyncdl-tmp", "s"]
+
+
+SSE_KEY_VARIABLE = "ASYNCDL_TEST_SSE_C_KEY"
+
+
+def set_env(name: str, value: str | None) -> None:
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
+
+
+def test_an_sse_c_key_is_never_put_in_the_task_graph(
+    dask_client: Client, recording: TcpProxy, tmp_path: Path
+) -> None:
+    key = os.urandom(32)
+    recording.reset_stats()
+    for given in (key, base64.b64encode(key).decode()):
+        with pytest.raises(adask.ManifestError, match="sse_customer_key_env"):
+            adask.download_results(
+                [("dask-big", "p0/d0/obj-00000")],
+                tmp_path,
+                client=dask_client,
+                extra_args={"SSECustomerAlgorithm": "AES256", "SSECustomerKey": given},
+            )
+    assert recording.requests == []
+    assert list(tmp_path.iterdir()) == []
+    # Whatever a Job holds, its repr shows no key.
+    for given in (key, base64.b64encode(key).decode(), "a" * 32):
+        job = Job(
+            dest_dir=str(tmp_path),
+            config=CONFIG,
+            strategy="auto",
+            skip_existing=None,
+            extra_args={"SSECustomerAlgorithm": "AES256", "SSECustomerKey": given},
+            timeout=None,
+            run_id="0123456789abcdef",
+        )
+        assert repr(given) not in repr(job)
+        assert str(given) not in repr(job)
+        assert "AES256" in repr(job)
+
+
+def test_an_sse_c_download_on_the_cluster(
+    dask_client: Client, recording: TcpProxy, s3: Any, tmp_path: Path
+) -> None:
+    bucket = "dask-sse-c"
+    key = os.urandom(32)
+    encoded = base64.b64encode(key).decode()
+    # A small object (one GET) and larger ones (ranged GETs): every request needs it.
+    objects = {f"c/{i}": payload(2 * CHUNK + 1000 * i, seed=i) for i in range(4)}
+    objects["c/small"] = b"small"
+    s3.create_bucket(Bucket=bucket)
+    for name, body in objects.items():
+        s3.put_object(
+            Bucket=bucket, Key=name, Body=body, SSECustomerAlgorithm="AES256", SSECustomerKey=key
+        )
+    manifest = [(bucket, name) for name in objects]
+    options: dict[str, Any] = {"client": dask_client, "config": CONFIG}
+    # The key lives in the workers' environment, as their credentials do.
+    dask_client.run(set_env, SSE_KEY_VARIABLE, encoded)
+    try:
+        results = adask.download_results(
+            manifest, tmp_path, sse_customer_key_env=SSE_KEY_VARIABLE, **options
+        )
+        # Pickled as Dask pickles tasks for the scheduler: the collection and its graph.
+        shipped = dask_pickle((results, dict(results.__dask_graph__())))
+        for form in (key, encoded.encode(), key.hex().encode()):
+            assert form not in shipped
+        recording.reset_stats()
+        summary = adask.download_manifest(
+            manifest, tmp_path, sse_customer_key_env=SSE_KEY_VARIABLE, **options
+        )
+    finally:
+        dask_client.run(set_env, SSE_KEY_VARIABLE, None)
+    assert (summary.downloaded, summary.failed) == (len(objects), 0), summary.failures
+    for name, body in objects.items():
+        assert (tmp_path / name).read_bytes() == body
+    sent = [r for r in recording.requests if r.method in ("GET", "HEAD")]
+    assert len(sent) >= len(objects)
+    for request in sent:
+        assert request.headers.get("x-amz-server-side-encryption-customer-key") == encoded
+        assert request.headers.get("x-amz-server-side-encryption-customer-algorithm") == "AES256"
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (None, "is not set"),
+        ("not base64!", "base64"),
+        (base64.b64encode(b"k" * 16).decode(), "32 bytes"),
+    ],
+    ids=["unset", "not-base64", "short"],
+)
+def test_a_bad_sse_c_key_on_a_worker_raises_before_anything_runs(
+    value: str | None, message: str, dask_client: Client, recording: TcpProxy, tmp_path: Path
+) -> None:
+    dask_client.run(set_env, SSE_KEY_VARIABLE, value)
+    recording.reset_stats()
+    try:
+        with pytest.raises(adask.ManifestError, match=f"{SSE_KEY_VARIABLE}.*{message}") as raised:
+            adask.download_manifest(
+                [("dask-big", "p0/d0/obj-00000")],
+                tmp_path / "out",
+                client=dask_client,
+                sse_customer_key_env=SSE_KEY_VARIABLE,
+            )
+    finally:
+        dask_client.run(set_env, SSE_KEY_VARIABLE, None)
+    assert recording.requests == []
+    assert list(tmp_path.iterdir()) == []
+    # The message names the variable, never its value.
+    assert value is None or value not in str(raised.value)
 
 
 def open_files(pid: int) -> list[str]:

@@ -6,11 +6,15 @@ import asyncio
 import base64
 import hashlib
 import os
+import stat
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from asyncdl.writer import TempFile, is_temp_file
+from asyncdl import writer
+from asyncdl.writer import TEMP_RUN, TempFile, is_temp_file
 
 
 def listing(directory: Path) -> list[str]:
@@ -119,3 +123,203 @@ async def test_write_crc_matches_the_bytes(tmp_path: Path) -> None:
     await opened.commit()
     await deferred.commit()
     assert (tmp_path / "big").read_bytes() == (tmp_path / "small").read_bytes() == data
+
+
+# -- names, modes, durability, publishing (issue 11, items 13-16) ----------------------
+
+#: Names of exactly 255 bytes (the usual NAME_MAX), in 1- to 4-byte UTF-8 characters.
+LONG_NAMES = {
+    "ascii": "a" * 255,
+    "2-byte": "\u00e9" * 127 + "a",
+    "3-byte": "\u20ac" * 85,
+    "4-byte": "\U0001f600" * 63 + "abc",
+}
+
+
+def temp_names(directory: Path) -> list[str]:
+    return [name for name in listing(directory) if is_temp_file(name)]
+
+
+@pytest.mark.parametrize("opened", [False, True], ids=["deferred", "opened"])
+@pytest.mark.parametrize("kind", list(LONG_NAMES))
+async def test_a_255_byte_name_works(tmp_path: Path, kind: str, opened: bool) -> None:
+    name = LONG_NAMES[kind]
+    assert len(name.encode()) == 255
+    target = tmp_path / name
+    temp = TempFile(target, 3)
+    if opened:
+        await temp.open()
+        # A second download of the same target at the same time: its own temp file.
+        other = TempFile(target, 3)
+        await other.open()
+        names = temp_names(tmp_path)
+        assert len(names) == 2
+        for temp_name in names:
+            # Whole characters only (strict UTF-8), within NAME_MAX, next to the target.
+            assert len(temp_name.encode("utf-8")) <= 255
+            assert temp_name.startswith("." + name[:8])
+        other.discard()
+    await temp.write(0, b"abc")
+    await temp.commit()
+    assert listing(tmp_path) == [name]
+    assert target.read_bytes() == b"abc"
+
+
+@pytest.mark.parametrize("opened", [False, True], ids=["deferred", "opened"])
+async def test_names_shorter_than_usual_are_asked_of_the_file_system(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, opened: bool
+) -> None:
+    # As on a file system whose names are shorter than the limit first assumed
+    # (eCryptfs takes 143 bytes): the first temp name is refused, a shorter one is not.
+    monkeypatch.setattr(writer, "_NAME_MAX", 300)
+    name = LONG_NAMES["3-byte"]
+    temp = TempFile(tmp_path / name, 3)
+    assert len(os.fsencode(temp.path.name)) > 255
+    if opened:
+        await temp.open()
+        assert len(os.fsencode(temp.path.name)) <= 255
+    await temp.write(0, b"abc")
+    await temp.commit()
+    assert listing(tmp_path) == [name]
+
+
+async def test_temp_names_of_a_run_carry_its_id(tmp_path: Path) -> None:
+    token = TEMP_RUN.set("0123456789abcdef")
+    try:
+        tagged = TempFile(tmp_path / LONG_NAMES["4-byte"], 3)
+        short = TempFile(tmp_path / "t", 3)
+    finally:
+        TEMP_RUN.reset(token)
+    plain = TempFile(tmp_path / "u", 3)
+    for temp in (tagged, short, plain):
+        await temp.open()
+    assert len(os.fsencode(tagged.path.name)) <= 255
+    for temp in (tagged, short):
+        assert is_temp_file(temp.path.name)
+        assert is_temp_file(temp.path.name, run="0123456789abcdef")
+        assert not is_temp_file(temp.path.name, run="fedcba9876543210")
+    assert is_temp_file(plain.path.name)
+    assert not is_temp_file(plain.path.name, run="0123456789abcdef")
+    # A name that only looks like one: no random part.
+    assert not is_temp_file(".t.0123456789abcdef-.asyncdl-tmp", run="0123456789abcdef")
+    for temp in (tagged, short, plain):
+        temp.discard()
+    assert listing(tmp_path) == []
+
+
+@pytest.mark.parametrize("opened", [False, True], ids=["deferred", "opened"])
+@pytest.mark.parametrize("mode", [0o600, 0o750])
+async def test_replacing_a_file_keeps_its_mode(tmp_path: Path, mode: int, opened: bool) -> None:
+    target = tmp_path / "t"
+    target.write_bytes(b"old")
+    target.chmod(mode)
+    temp = TempFile(target, 3)
+    if opened:
+        await temp.open()
+    await temp.write(0, b"new")
+    await temp.commit()
+    assert target.read_bytes() == b"new"
+    assert stat.S_IMODE(target.stat().st_mode) == mode
+
+
+@pytest.mark.parametrize("opened", [False, True], ids=["deferred", "opened"])
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
+async def test_a_new_file_gets_the_umask_default(tmp_path: Path, umask: int, opened: bool) -> None:
+    previous = os.umask(umask)  # the runner's umask must not matter
+    try:
+        temp = TempFile(tmp_path / "t", 3)
+        if opened:
+            await temp.open()
+        await temp.write(0, b"new")
+        await temp.commit()
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE((tmp_path / "t").stat().st_mode) == 0o666 & ~umask
+
+
+@pytest.mark.parametrize("opened", [False, True], ids=["deferred", "opened"])
+@pytest.mark.parametrize("fsync", [False, True])
+async def test_fsync_syncs_the_file_then_its_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, opened: bool, fsync: bool
+) -> None:
+    """Power loss cannot be tested; what fsync=True promises rests on these calls."""
+    target = tmp_path / "t"
+    synced: list[tuple[str, int, bool]] = []
+    real_fsync = os.fsync
+
+    def recording(fd: int) -> None:
+        st = os.fstat(fd)
+        kind = "directory" if stat.S_ISDIR(st.st_mode) else "file"
+        synced.append((kind, st.st_ino, target.exists()))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording)
+    temp = TempFile(target, 3, fsync=fsync)
+    if opened:
+        await temp.open()
+    await temp.write(0, b"new")
+    await temp.commit()
+    expected = [
+        # The data before the rename, the rename (the directory entry) after it.
+        ("file", os.stat(target).st_ino, False),
+        ("directory", os.stat(tmp_path).st_ino, True),
+    ]
+    assert synced == (expected if fsync else [])
+
+
+@pytest.mark.parametrize("opened", [False, True], ids=["deferred", "opened"])
+@pytest.mark.parametrize("interruption", ["cancel", "timeout"])
+async def test_a_cancellation_during_commit_waits_for_the_rename(
+    tmp_path: Path, interruption: str, opened: bool
+) -> None:
+    target = tmp_path / "t"
+    target.write_bytes(b"old")
+    temp = TempFile(target, 3)
+    if opened:
+        await temp.open()
+    await temp.write(0, b"new")
+    loop = asyncio.get_running_loop()
+    # One worker thread, held busy: the commit is submitted and waits its turn there
+    # when the cancellation lands, as it would behind a slow disk.
+    loop.set_default_executor(ThreadPoolExecutor(1))
+    gate = threading.Event()
+    busy = loop.run_in_executor(None, gate.wait)
+    if interruption == "cancel":
+        task = asyncio.create_task(temp.commit())
+        await asyncio.sleep(0.02)
+        task.cancel()
+        loop.call_later(0.05, gate.set)
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    else:
+        loop.call_later(0.1, gate.set)  # after the timeout, on the same clock
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.02):
+                await temp.commit()
+    await busy
+    # The rename happened, and the caller can tell.
+    assert target.read_bytes() == b"new"
+    assert temp_names(tmp_path) == []
+    assert temp.published
+    temp.discard()  # what the engine does on the way out: nothing left to remove
+    assert listing(tmp_path) == ["t"]
+    assert target.read_bytes() == b"new"
+
+
+async def test_published_only_after_the_rename(tmp_path: Path) -> None:
+    committed = TempFile(tmp_path / "a", 3)
+    await committed.write(0, b"abc")
+    assert not committed.published
+    await committed.commit()
+    assert committed.published
+    discarded = TempFile(tmp_path / "b", 3)
+    await discarded.open()
+    discarded.discard()
+    assert not discarded.published
+    # A rename that fails (the directory is gone) publishes nothing and leaves nothing.
+    failing = TempFile(tmp_path / "gone" / "c", 3)
+    await failing.write(0, b"abc")
+    with pytest.raises(FileNotFoundError):
+        await failing.commit()
+    assert not failing.published
+    assert listing(tmp_path) == ["a"]

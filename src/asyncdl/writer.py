@@ -11,17 +11,32 @@ descriptor under a write could let its number be reused by another open file and
 the late write land there; a create nobody waits for would leave its file behind.
 So every executor call counts itself in, and :meth:`TempFile.discard` leaves the
 close and unlink to whichever call finishes last.
+
+Publishing is the other way round: once :meth:`TempFile.commit` has started, it
+finishes, whatever happens to the task that awaits it, and
+:attr:`TempFile.published` says whether the target was replaced. A cancellation
+cannot stop a rename already running in a thread; only by waiting for it can the
+caller tell what is on disk.
+
+Temp names: ``.NAME.XXXXXXXX.asyncdl-tmp`` (``.NAME.RUN-XXXXXXXX.asyncdl-tmp`` in a
+Dask run, so that its sweep removes its own leftovers and nothing else), with NAME
+cut short where the whole would pass the file system's limit on a name's bytes:
+any name the file system takes as a target must work.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import errno
 import os
+import re
 import secrets
+import stat
 import threading
 from collections.abc import Callable
+from contextvars import ContextVar
 from pathlib import Path
 
 from aiofiles.os import wrap
@@ -31,15 +46,52 @@ from .checksums import crc_function, sha_of
 _TEMP_SUFFIX = ".asyncdl-tmp"
 _FLAGS = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
 _READ_SIZE = 1024 * 1024
+#: Bytes in a name on nearly every file system; a smaller limit is asked of the file
+#: system only when a name is refused (no extra call on the usual path).
+_NAME_MAX = 255
+_RANDOM = re.compile(r"[0-9a-f]{8}")
+
+#: The run a download belongs to, put into its temp file's name: set by
+#: ``asyncdl.dask`` around a partition's downloads (tasks inherit it), ``None``
+#: elsewhere. Lower-case hex.
+TEMP_RUN: ContextVar[str | None] = ContextVar("asyncdl_temp_run", default=None)
 
 
-def temp_path_for(target: Path) -> Path:
-    return target.with_name(f".{target.name}.{secrets.token_hex(4)}{_TEMP_SUFFIX}")
+def temp_path_for(target: Path, run: str | None = None, name_max: int | None = None) -> Path:
+    """A fresh temp path next to ``target``, within ``name_max`` bytes (default 255)."""
+    token = secrets.token_hex(4)
+    tail = f".{run}-{token}{_TEMP_SUFFIX}" if run else f".{token}{_TEMP_SUFFIX}"
+    room = (name_max or _NAME_MAX) - 1 - len(tail)
+    return target.with_name(f".{_cut(target.name, room)}{tail}")
 
 
-def is_temp_file(name: str) -> bool:
-    """Whether a file name is one of asyncdl's temp files (tests and cleanup use it)."""
-    return name.startswith(".") and name.endswith(_TEMP_SUFFIX)
+def _cut(name: str, room: int) -> str:
+    """The longest start of ``name`` within ``room`` bytes as the file system encodes
+    it, whole characters only (a UTF-8 name is never cut inside a character)."""
+    if len(os.fsencode(name)) <= room:
+        return name
+    used = 0
+    for count, char in enumerate(name):
+        used += len(os.fsencode(char))
+        if used > room:
+            return name[:count]
+    return name
+
+
+def is_temp_file(name: str, *, run: str | None = None) -> bool:
+    """Whether a file name is one of asyncdl's temp files (tests and cleanup use it);
+    with ``run``, one of that Dask run's."""
+    if not (name.startswith(".") and name.endswith(_TEMP_SUFFIX)):
+        return False
+    if run is None:
+        return True
+    stem = name[: -len(_TEMP_SUFFIX)]
+    marker = f".{run}-"
+    return (
+        len(stem) > len(marker) + 9
+        and stem[-8 - len(marker) : -8] == marker
+        and _RANDOM.fullmatch(stem[-8:]) is not None
+    )
 
 
 class _Discarded(Exception):
@@ -58,9 +110,15 @@ class TempFile:
     def __init__(self, target: Path, size: int, *, fsync: bool = False) -> None:
         self.target = target
         self.size = size
-        self.path = temp_path_for(target)
+        self._run = TEMP_RUN.get()
+        self._name_max = _NAME_MAX
+        self.path = temp_path_for(target, self._run)
+        #: Whether the target was replaced: true from the moment ``os.replace`` succeeded.
+        self.published = False
         self._fsync = fsync
         self._fd = -1
+        #: Whether ``path`` is ours to unlink: a create that failed made nothing.
+        self._created = False
         self._lock = threading.Lock()
         self._pending = 0
         self._closed = False
@@ -89,23 +147,36 @@ class TempFile:
         """Create and preallocate the file."""
         await _open(self)
 
+    def _create(self) -> int:
+        """Create the file exclusively, under a fresh name if one is taken, and a
+        shorter one if the file system's names are shorter than usual."""
+        for _ in range(8):
+            try:
+                fd = os.open(self.path, _FLAGS, 0o666)
+                self._created = True
+                return fd
+            except FileExistsError:
+                pass
+            except OSError as exc:
+                if exc.errno != errno.ENAMETOOLONG or self._name_max != _NAME_MAX:
+                    raise
+                limit = _name_max(self.target.parent)
+                if limit is None or limit >= len(os.fsencode(self.path.name)):
+                    raise  # not the name's length: the whole path is too long
+                self._name_max = limit
+            self.path = temp_path_for(self.target, self._run, self._name_max)
+        raise FileExistsError(errno.EEXIST, "no unique temp file name", str(self.target))
+
     def _open_sync(self) -> None:
         self._enter()
         try:
-            for _ in range(8):
-                try:
-                    fd = os.open(self.path, _FLAGS, 0o666)
-                except FileExistsError:
-                    self.path = temp_path_for(self.target)
-                    continue
-                break
-            else:
-                raise FileExistsError(errno.EEXIST, "no unique temp file name", str(self.target))
+            fd = self._create()
             try:
                 _preallocate(fd, self.size)
             except BaseException:
                 os.close(fd)
                 os.unlink(self.path)
+                self._created = False
                 raise
             self._fd = fd
         finally:
@@ -199,8 +270,21 @@ class TempFile:
             self._leave()
 
     async def commit(self) -> None:
-        """Make the temp file the target, atomically. On failure the temp file is gone."""
-        await (_commit(self) if self.opened else _publish(self))
+        """Make the temp file the target, atomically. On failure the temp file is gone.
+
+        Once called, it runs to the end: a cancellation (or timeout) that lands
+        meanwhile waits for it, then goes on; :attr:`published` tells whether the
+        target was replaced."""
+        step = asyncio.ensure_future(_commit(self) if self.opened else _publish(self))
+        try:
+            await asyncio.shield(step)
+        except asyncio.CancelledError:
+            while not step.done():
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.shield(step)
+            if not step.cancelled():
+                step.exception()  # the cancellation is what the caller hears of
+            raise
 
     def _commit_sync(self) -> None:
         with self._lock:
@@ -208,14 +292,28 @@ class TempFile:
                 raise RuntimeError("commit of a discarded or busy temp file")
             self._closed = True
         try:
-            if self._fsync:
-                os.fsync(self._fd)
-            os.close(self._fd)
-            self._fd = -1
-            os.replace(self.path, self.target)
+            self._replace()
         except BaseException:
-            self._remove()
+            if not self.published:
+                self._remove()
             raise
+
+    def _replace(self) -> None:
+        """Close the written file and rename it onto the target: with the target's
+        permission bits if there is one, durably if asked."""
+        mode = _mode_of(self.target)
+        fd, self._fd = self._fd, -1
+        try:
+            if self._fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        if mode is not None:
+            os.chmod(self.path, mode)
+        os.replace(self.path, self.target)
+        self.published = True
+        if self._fsync:
+            _fsync_directory(self.target.parent)
 
     def _publish_sync(self) -> None:
         """Create, write, close and rename a deferred file in one go."""
@@ -224,18 +322,14 @@ class TempFile:
             raise RuntimeError(f"commit of {len(data)} bytes of a {self.size}-byte file")
         self._enter()  # outside the try: a discarded file is never published
         try:
-            fd = os.open(self.path, _FLAGS, 0o666)
-            self._fd = fd
+            fd = self._fd = self._create()
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
-            if self._fsync:
-                os.fsync(fd)
-            os.close(fd)
-            self._fd = -1
-            os.replace(self.path, self.target)
+            self._replace()
         except BaseException:
-            self._remove()
+            if not self.published:
+                self._remove()
             raise
         finally:
             with self._lock:
@@ -259,12 +353,45 @@ class TempFile:
             if fd >= 0:
                 os.close(fd)
         finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.path)
+            if self._created:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self.path)
 
 
 def _b64(digest: bytes) -> str:
     return base64.b64encode(digest).decode("ascii")
+
+
+def _mode_of(target: Path) -> int | None:
+    """An existing target's permission bits, which its replacement keeps (set-id and
+    sticky bits are not kept: writing a file clears them too)."""
+    try:
+        st = os.stat(target)
+    except OSError:
+        return None
+    return stat.S_IMODE(st.st_mode) & 0o777 if stat.S_ISREG(st.st_mode) else None
+
+
+def _fsync_directory(directory: Path) -> None:
+    """Make the rename durable: it is written in the directory, not in the file."""
+    if os.name == "nt":
+        return  # a directory cannot be opened there; NTFS journals the rename itself
+    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        # Some file systems cannot sync a directory; nothing more can be done there.
+        if exc.errno not in (errno.EINVAL, errno.EOPNOTSUPP, errno.ENOTSUP):
+            raise
+    finally:
+        os.close(fd)
+
+
+def _name_max(directory: Path) -> int | None:
+    try:
+        return os.pathconf(directory, "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):  # AttributeError: no pathconf (Windows)
+        return None
 
 
 def _preallocate(fd: int, size: int) -> None:

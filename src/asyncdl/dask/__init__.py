@@ -5,16 +5,17 @@ the manifest runs on a worker through ``download_many``, in the worker process's
 one long-lived Engine (one client, one connection pool, one request budget). A
 partition whose worker dies is run again by Dask: downloads go to temp files that
 ``os.replace`` publishes, so a retried partition leaves no duplicate and no half
-file, and the temp files of the killed process are removed when the run ends.
-Workers take their endpoint and credentials from their own standard AWS
-environment.
+file, and the temp files of the killed process are removed when the run ends
+(that run's only: ``_sweep``). Workers take their endpoint, credentials and any
+SSE-C key from their own environment: no secret goes through the scheduler.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import time
-import uuid
+from collections.abc import Mapping
 
 import dask
 import dask.dataframe as dd
@@ -22,14 +23,15 @@ import distributed
 import pandas as pd
 
 from ..config import TransferConfig, finite
-from ..request_args import ExtraArgs
+from ..errors import InvalidRequestError
+from ..request_args import ExtraArgs, check_extra_args
 from ..strategies import STRATEGIES, Strategy
 from ._errors import ManifestError
 from ._listing import MANIFEST_DTYPES, list_all, list_level
 from ._manifest import manifest_frame
-from ._partition import RESULT_DTYPES, Job, dest_problem, run_partition
-from ._partition import remove_temp_files as _remove_here
+from ._partition import RESULT_DTYPES, Job, run_partition, worker_problem
 from ._skip import SKIP_MODES
+from ._sse import check_key_options
 from ._summary import (
     FAILURE_COLUMNS,
     STATS_DTYPES,
@@ -40,6 +42,7 @@ from ._summary import (
     partition_stats,
     summarize,
 )
+from ._sweep import sweep
 
 __all__ = [
     "Failure",
@@ -64,6 +67,7 @@ def download_manifest(
     strategy: str | Strategy = "auto",
     skip_existing: str | None = None,
     extra_args: ExtraArgs | None = None,
+    sse_customer_key_env: str | None = None,
     timeout: float | None = None,
 ) -> ManifestSummary:
     """Download every object of ``manifest`` under ``dest_dir`` on the cluster.
@@ -75,7 +79,10 @@ def download_manifest(
     ``partition_size``: objects per task (1000 for iterables and files; a Dask
     collection keeps its own partitions unless it is given). ``skip_existing``:
     ``"size"`` or ``"etag"`` skips targets already there (see the README).
-    ``client``: the Dask client (default: the current one).
+    ``sse_customer_key_env``: the name of an environment variable that holds the
+    SSE-C key (base64) on every worker; a key in ``extra_args`` is refused, since it
+    would travel through the scheduler. ``client``: the Dask client (default: the
+    current one).
 
     Blocks until every partition is done; returns the summary. A bad manifest,
     option or destination raises :class:`ManifestError` before anything runs; a
@@ -83,15 +90,16 @@ def download_manifest(
     """
     dask_client = _dask_client(client)
     started = time.perf_counter()
-    results = download_results(
+    results, job = _plan(
         manifest,
         dest_dir,
-        client=dask_client,
+        dask_client,
         partition_size=partition_size,
         config=config,
         strategy=strategy,
         skip_existing=skip_existing,
         extra_args=extra_args,
+        sse_customer_key_env=sse_customer_key_env,
         timeout=timeout,
     )
     stats = results.map_partitions(partition_stats, meta=_meta(STATS_DTYPES))
@@ -100,7 +108,8 @@ def download_manifest(
     # worker; only the counts and the failures travel back here.
     stats_frame, failures_frame = dask_client.compute([stats, failures], sync=True)
     seconds = time.perf_counter() - started
-    removed = remove_temp_files(dest_dir, client=dask_client)
+    # This run's leftovers only, where its downloads put them (the absolute path).
+    removed = _sweep_hosts(dask_client, job.dest_dir, job.run_id)
     return build_summary(stats_frame, failures_frame, seconds, removed)
 
 
@@ -114,6 +123,7 @@ def download_results(
     strategy: str | Strategy = "auto",
     skip_existing: str | None = None,
     extra_args: ExtraArgs | None = None,
+    sse_customer_key_env: str | None = None,
     timeout: float | None = None,
 ) -> dd.DataFrame:
     """The per-item results of a run, as a lazy Dask DataFrame: for runs too large
@@ -125,7 +135,35 @@ def download_results(
     requests, error_type, error, worker, started, finished``. It does not remove
     killed workers' temp files: call :func:`remove_temp_files` after it.
     """
-    dask_client = _dask_client(client)
+    results, _ = _plan(
+        manifest,
+        dest_dir,
+        _dask_client(client),
+        partition_size=partition_size,
+        config=config,
+        strategy=strategy,
+        skip_existing=skip_existing,
+        extra_args=extra_args,
+        sse_customer_key_env=sse_customer_key_env,
+        timeout=timeout,
+    )
+    return results
+
+
+def _plan(
+    manifest: object,
+    dest_dir: str | os.PathLike[str],
+    dask_client: distributed.Client,
+    *,
+    partition_size: int | None,
+    config: TransferConfig | None,
+    strategy: str | Strategy,
+    skip_existing: str | None,
+    extra_args: ExtraArgs | None,
+    sse_customer_key_env: str | None,
+    timeout: float | None,
+) -> tuple[dd.DataFrame, Job]:
+    """A run's lazy results and what its partitions share, every option checked."""
     job = Job(
         dest_dir=_check_options(
             dest_dir,
@@ -133,6 +171,8 @@ def download_results(
             config=config,
             strategy=strategy,
             skip_existing=skip_existing,
+            extra_args=extra_args,
+            sse_customer_key_env=sse_customer_key_env,
             timeout=timeout,
         ),
         config=config or TransferConfig(),
@@ -140,11 +180,13 @@ def download_results(
         skip_existing=skip_existing,
         extra_args=dict(extra_args) if extra_args else None,
         timeout=timeout,
-        run_id=uuid.uuid4().hex,
+        # In every temp file name of the run: short, and still never repeated.
+        run_id=secrets.token_hex(8),
+        sse_customer_key_env=sse_customer_key_env,
     )
     frame = manifest_frame(manifest, partition_size, dask_client)
-    _check_dest_on_workers(job.dest_dir, dask_client)
-    return frame.map_partitions(run_partition, job, meta=_meta(RESULT_DTYPES))
+    _check_workers(job, dask_client)
+    return frame.map_partitions(run_partition, job, meta=_meta(RESULT_DTYPES)), job
 
 
 def list_manifest(
@@ -203,11 +245,20 @@ def list_manifest(
 def remove_temp_files(
     dest_dir: str | os.PathLike[str], *, client: distributed.Client | None = None
 ) -> int:
-    """Remove the asyncdl temp files under ``dest_dir``, on one worker per host;
-    return how many. Only a killed process leaves them; run it when nothing is
-    downloading into ``dest_dir``."""
+    """Remove the temp files that Dask runs into ``dest_dir`` left, on one worker per
+    host; return how many. Only a killed worker process leaves them.
+
+    Every run journaled under ``dest_dir`` is swept, in the directories it wrote
+    into: call it when no Dask run is writing there. Downloads by the CLI or the
+    library, and objects named like temp files, are never touched. A relative
+    ``dest_dir`` is taken from this process's working directory, as the runs take it.
+    """
     dask_client = _dask_client(client)
-    path = os.fspath(dest_dir)
+    return _sweep_hosts(dask_client, os.path.abspath(os.fspath(dest_dir)), None)
+
+
+def _sweep_hosts(dask_client: distributed.Client, dest_dir: str, run_id: str | None) -> int:
+    """Sweep on one worker per host: a per-node ``dest_dir`` has its own leftovers."""
     hosts: dict[str, str] = {}
     try:
         info = dask_client.scheduler_info(n_workers=-1)  # newer versions list only 5 by default
@@ -215,7 +266,7 @@ def remove_temp_files(
         info = dask_client.scheduler_info()
     for address in info["workers"]:
         hosts.setdefault(distributed.comm.get_address_host(address), address)
-    removed = dask_client.run(_remove_here, path, workers=list(hosts.values()))
+    removed = dask_client.run(sweep, dest_dir, run_id, workers=list(hosts.values()))
     return sum(removed.values())
 
 
@@ -243,6 +294,8 @@ def _check_options(
     config: object,
     strategy: object,
     skip_existing: object,
+    extra_args: object,
+    sse_customer_key_env: object,
     timeout: object,
 ) -> str:
     """Every option checked on the client, before anything runs; the destination path."""
@@ -263,22 +316,31 @@ def _check_options(
         raise ManifestError(f"strategy must be a name or a Strategy object, got {strategy!r}")
     if timeout is not None and (not finite(timeout) or timeout <= 0):  # type: ignore[operator]
         raise ManifestError(f"timeout must be a number of seconds > 0, got {timeout!r}")
+    if extra_args is not None and not isinstance(extra_args, Mapping):
+        raise ManifestError(f"extra_args must be a mapping, got {type(extra_args).__name__}")
+    check_key_options(extra_args, sse_customer_key_env)
+    try:
+        check_extra_args(extra_args, bucket="", key="")
+    except InvalidRequestError as exc:
+        raise ManifestError(exc.message) from None
     if not isinstance(dest_dir, str | os.PathLike):
         raise ManifestError(f"dest_dir must be a str or os.PathLike, got {dest_dir!r}")
     path = os.path.abspath(os.fspath(dest_dir))
     # Only what is wrong everywhere: a per-node destination need not exist here.
-    # The workers check the rest (_check_dest_on_workers).
+    # The workers check the rest (_check_workers).
     if os.path.exists(path) and not os.path.isdir(path):
         raise ManifestError(f"dest_dir {path!r} is not a directory")
     return path
 
 
-def _check_dest_on_workers(dest_dir: str, client: distributed.Client) -> None:
-    """The same check on every worker: a per-node destination may differ from ours."""
-    problems = client.run(dest_problem, dest_dir)
+def _check_workers(job: Job, client: distributed.Client) -> None:
+    """What only the workers can tell: a per-node destination may differ from ours,
+    and each worker has its own environment (the SSE-C key's variable)."""
+    problems = client.run(worker_problem, job.dest_dir, job.sse_customer_key_env)
     for worker, problem in sorted(problems.items()):
         if problem is not None:
-            raise ManifestError(f"dest_dir on worker {worker}: {problem}")
+            option, why = problem
+            raise ManifestError(f"{option} on worker {worker}: {why}")
 
 
 def _meta(dtypes: dict[str, str]) -> pd.DataFrame:

@@ -6,7 +6,9 @@ go through the process's one Engine. Every row comes back as exactly one result
 row, whatever happened to it: a bad row is a failed result, not a failed task.
 A task fails only if the worker dies, and then Dask runs the partition again:
 downloads write temp files that ``os.replace`` publishes, so a second run never
-leaves a duplicate or a half-written file.
+leaves a duplicate or a half-written file. The directories a partition writes into
+are journaled first, and its temp files named with the run's id, so that the run's
+sweep finds what a killed worker left (``_sweep``).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import socket
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -29,12 +31,14 @@ import pandas as pd
 from ..bulk import DownloadRequest, relative_path
 from ..config import TransferConfig
 from ..errors import InvalidRequestError
-from ..request_args import ExtraArgs
+from ..request_args import ExtraArgs, redacted
 from ..results import DownloadResult
 from ..strategies import Strategy
-from ..writer import is_temp_file
+from ..writer import TEMP_RUN
 from ._runtime import runtime
-from ._skip import SIDECAR_DIR, EtagStore, should_skip
+from ._skip import EtagStore, should_skip
+from ._sse import key_problem, with_key
+from ._sweep import record_dirs
 
 logger = logging.getLogger("asyncdl.dask")
 
@@ -72,9 +76,20 @@ class Job:
     skip_existing: str | None
     extra_args: ExtraArgs | None
     timeout: float | None
-    #: Unique per run: Dask never serves a cached partition of an earlier run, and
-    #: the ETag sidecar is read afresh once per run and process.
+    #: Unique per run (lower-case hex): Dask never serves a cached partition of an
+    #: earlier run, the ETag sidecar is read afresh once per run and process, and the
+    #: run's temp files carry it in their names.
     run_id: str
+    #: The environment variable that holds the SSE-C key on every worker: the key
+    #: itself never travels with the task.
+    sse_customer_key_env: str | None = None
+
+    def __repr__(self) -> str:
+        # A task's arguments show up in dashboards, tracebacks and logs: no secret here.
+        shown = {field.name: getattr(self, field.name) for field in fields(self)}
+        if self.extra_args:
+            shown["extra_args"] = redacted(self.extra_args)
+        return f"Job({', '.join(f'{name}={value!r}' for name, value in shown.items())})"
 
 
 def run_partition(frame: pd.DataFrame, job: Job) -> pd.DataFrame:
@@ -113,8 +128,22 @@ def run_partition(frame: pd.DataFrame, job: Job) -> pd.DataFrame:
                 continue
             made.add(target.parent)
         requests.append(request)
+    try:
+        extra_args = with_key(job.extra_args, job.sse_customer_key_env)
+    except ValueError as exc:
+        # Checked on every worker before the run: this one joined or changed since.
+        for request in requests:
+            refusal = InvalidRequestError(str(exc), bucket=request.bucket, key=request.key)
+            rows.append(_failed_row(request.bucket, request.key, str(request.path), refusal))
+        requests = []
     if requests:
-        results = runtime().run(_download(requests, job, store))
+        try:
+            record_dirs(dest, job.run_id, made)
+        except OSError as exc:
+            # The downloads are right without it; only a killed worker's temp files
+            # would then outlive the run.
+            logger.warning("could not journal the directories of run %s: %s", job.run_id, exc)
+        results = runtime().run(_download(requests, job, extra_args, store))
         rows.extend(_result_row(result) for result in results)
     worker, finished = _worker_name(), time.time()
     for row in rows:
@@ -123,13 +152,19 @@ def run_partition(frame: pd.DataFrame, job: Job) -> pd.DataFrame:
 
 
 async def _download(
-    requests: list[DownloadRequest], job: Job, store: EtagStore
+    requests: list[DownloadRequest], job: Job, extra_args: ExtraArgs | None, store: EtagStore
 ) -> list[DownloadResult]:
     engine = await runtime().engine(job.config)
     loop = asyncio.get_running_loop()
     done: list[DownloadResult] = []
+    # This coroutine is a task of its own: the download tasks it starts copy its
+    # context, so their temp files are named with the run's id, and only they are.
+    TEMP_RUN.set(job.run_id)
     results = engine.download_many(
-        requests, strategy=job.strategy, extra_args=job.extra_args, timeout=job.timeout
+        requests,
+        strategy=job.strategy,
+        extra_args=extra_args,
+        timeout=job.timeout,
     )
     async with contextlib.aclosing(results):
         async for result in results:
@@ -265,6 +300,16 @@ def _worker_name() -> str:
     return address
 
 
+def worker_problem(dest_dir: str, key_env: str | None) -> tuple[str, str] | None:
+    """Which option this worker cannot take part in a run with, and why; or ``None``.
+    Creates nothing."""
+    problem = dest_problem(dest_dir)
+    if problem is not None:
+        return "dest_dir", problem
+    problem = key_problem(key_env)
+    return None if problem is None else ("sse_customer_key_env", problem)
+
+
 def dest_problem(dest_dir: str) -> str | None:
     """Why files cannot be written under ``dest_dir`` here, or ``None``. Creates nothing."""
     path = Path(dest_dir)
@@ -281,21 +326,3 @@ def dest_problem(dest_dir: str) -> str | None:
     if not os.access(probe, os.W_OK | os.X_OK):
         return f"{str(probe)!r} is not writable"
     return None
-
-
-def remove_temp_files(dest_dir: str) -> int:
-    """Remove asyncdl temp files under ``dest_dir``; return how many.
-
-    Only a process killed mid-download leaves one (every other failure removes its
-    own), so after a run, with nothing in flight, each one left is an orphan.
-    """
-    removed = 0
-    for directory, subdirs, files in os.walk(dest_dir):
-        if SIDECAR_DIR in subdirs:
-            subdirs.remove(SIDECAR_DIR)
-        for name in files:
-            if is_temp_file(name):
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(os.path.join(directory, name))
-                    removed += 1
-    return removed

@@ -84,7 +84,7 @@ class ManifestSummary:
     failures: tuple[Failure, ...]
     #: One entry per worker that ran a partition, by worker address.
     workers: dict[str, WorkerThroughput]
-    #: Temp files of killed worker processes, removed after the run.
+    #: Temp files this run's killed worker processes left, removed after the run.
     temp_files_removed: int = 0
 
     @property
