@@ -41,8 +41,8 @@ class TransferConfig:
     backoff_base: float = 0.1
     #: Largest backoff delay between two attempts, in seconds.
     backoff_max: float = 20.0
-    #: fsync the temp file before it replaces the target (durability against power loss,
-    #: at a cost per file).
+    #: fsync the temp file before it replaces the target, and its directory after the
+    #: rename (durability against power loss, at a cost per file).
     fsync: bool = False
     #: Send GETs through asyncdl's lean signed path (botocore prepares one request per
     #: bucket; see ``asyncdl.signed_get``). False sends every GET with ``get_object``.

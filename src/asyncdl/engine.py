@@ -225,6 +225,13 @@ class Engine:
                 error = DownloadError(f"did not finish within {timeout:g}s", bucket=bucket, key=key)
             else:
                 error = translate(exc, bucket=bucket, key=key)
+            if temp is not None and temp.published:
+                # Only the fsync of the directory after the rename can fail so late.
+                error = DownloadError(
+                    f"{str(target)!r} was replaced, but then: {error.message}",
+                    bucket=bucket,
+                    key=key,
+                )
             error.requests = obj.requests
             if error is exc:
                 raise

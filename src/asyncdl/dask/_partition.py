@@ -284,6 +284,7 @@ def _result_row(result: DownloadResult) -> dict[str, Any]:
     if result.error is not None:
         row = _failed_row(result.bucket, result.key, str(result.path), result.error)
     else:
+        assert result.size is not None  # known on every successful result
         row = _row(result.bucket, result.key, result.path, "downloaded", result.size)
         row["etag"] = result.etag
     row["requests"] = result.requests
