@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from asyncdl.testing.tcp_proxy import Fault, TcpProxy
 from asyncdl.writer import is_temp_file
 
 from .conftest import CHUNK, payload, temp_files
+from .spawn import sigint_ignored, spawned
 
 
 @pytest.fixture(autouse=True)
@@ -422,33 +423,97 @@ def test_subprocess_exit_codes(s3: Any, bucket: str, proxy: TcpProxy, tmp_path: 
     assert os.listdir(tmp_path) == ["k"]
 
 
-@pytest.mark.parametrize("recursive", [False, True])
-def test_ctrl_c_exits_130_and_leaves_no_temp_file(
-    s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path, recursive: bool
-) -> None:
-    data = payload(8 * CHUNK)
-    s3.put_object(Bucket=bucket, Key="dir/big.bin", Body=data)
-    # The first part passes, so the temp file exists; every other part hangs.
-    proxy.rule = lambda r: (
-        Fault(delay=60) if r.range and not r.range.startswith("bytes=0-") else None
+def spawn_cli(*args: str, ignoring: Sequence[signal.Signals] = ()) -> Any:
+    """``asyncdl ARGS`` as a shell starts it (see ``spawned``), for the tests that signal it."""
+    return spawned(
+        [sys.executable, "-m", "asyncdl.cli", *args],
+        ignoring=ignoring,
+        env=cli_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
+
+
+def wait_for_a_temp_file(running: subprocess.Popen[bytes], directory: Path) -> None:
+    deadline = time.monotonic() + 60
+    while not all_temp_files(directory) and running.poll() is None:
+        assert time.monotonic() < deadline, "the download never started"
+        time.sleep(0.02)
+    assert running.poll() is None, running.communicate()
+
+
+def hang_all_but_the_first_part(proxy: TcpProxy, seconds: float) -> None:
+    # The first part passes, so the temp file exists; every other part waits.
+    proxy.rule = lambda r: (
+        Fault(delay=seconds) if r.range and not r.range.startswith("bytes=0-") else None
+    )
+
+
+STOPS = {
+    "Ctrl-C": (signal.SIGINT, 130),
+    "SIGTERM": (signal.SIGTERM, 143),
+    "SIGHUP": (signal.SIGHUP, 129),
+}
+
+
+@pytest.mark.parametrize("recursive", [False, True], ids=["one", "recursive"])
+@pytest.mark.parametrize("stop", STOPS)
+def test_a_stop_signal_cancels_cleanly_with_128_plus_its_number(
+    s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path, recursive: bool, stop: str
+) -> None:
+    signum, status = STOPS[stop]
+    s3.put_object(Bucket=bucket, Key="dir/big.bin", Body=payload(8 * CHUNK))
+    hang_all_but_the_first_part(proxy, 60)
     target = tmp_path / "big.bin"
     if recursive:
         args = ["-r", f"s3://{bucket}/dir/", str(tmp_path)]
     else:
         args = [f"s3://{bucket}/dir/big.bin", str(target)]
-    running = spawn("cp", "--endpoint-url", proxy.url, "--chunk-size", "64KiB", *args)
-    deadline = time.monotonic() + 60
-    while not all_temp_files(tmp_path) and running.poll() is None:
-        assert time.monotonic() < deadline, "the download never started"
-        time.sleep(0.02)
-    assert running.poll() is None, running.communicate()
-    running.send_signal(signal.SIGINT)
-    _, err = running.communicate(timeout=60)
-    assert running.returncode == 130, err.decode()
+    # Whatever started pytest (a background job ignores SIGINT), the child gets Ctrl-C.
+    with (
+        sigint_ignored(),
+        spawn_cli("cp", "--endpoint-url", proxy.url, "--chunk-size", "64KiB", *args) as running,
+    ):
+        wait_for_a_temp_file(running, tmp_path)
+        running.send_signal(signum)
+        _, err = running.communicate(timeout=60)
+    assert running.returncode == status, err.decode()
     assert b"Traceback" not in err
     assert all_temp_files(tmp_path) == []
     assert not target.exists()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_ignored_at_start_stays_ignored(
+    s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path, signum: signal.Signals
+) -> None:
+    # As under nohup, or a background job of a non-interactive shell (SIGINT): a
+    # command keeps an ignored signal ignored (POSIX), and the download goes on.
+    data = payload(4 * CHUNK)
+    s3.put_object(Bucket=bucket, Key="big.bin", Body=data)
+    hang_all_but_the_first_part(proxy, 1.5)
+    target = tmp_path / "big.bin"
+    args = ["--endpoint-url", proxy.url, "--chunk-size", "64KiB", f"s3://{bucket}/big.bin"]
+    with spawn_cli("cp", *args, str(target), ignoring=[signum]) as running:
+        wait_for_a_temp_file(running, tmp_path)
+        running.send_signal(signum)
+        _, err = running.communicate(timeout=60)
+    assert running.returncode == 0, err.decode()
+    assert target.read_bytes() == data
+
+
+def test_children_get_the_default_ctrl_c_whatever_started_pytest() -> None:
+    probe = [
+        sys.executable,
+        "-c",
+        "import signal; print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)",
+    ]
+    with sigint_ignored():
+        plain = subprocess.run(probe, capture_output=True, text=True, timeout=60, check=True)
+        with spawned(probe, stdout=subprocess.PIPE, text=True) as child:
+            out, _ = child.communicate(timeout=60)
+    assert plain.stdout == "False\n"  # what a plain child of an ignoring parent gets
+    assert out == "True\n"
 
 
 def test_cat_into_a_closed_pipe_stops_quietly(s3: Any, bucket: str, proxy: TcpProxy) -> None:

@@ -1,4 +1,4 @@
-"""The README's main job runs, and Ctrl-C ends it cleanly."""
+"""The README's main job runs, and Ctrl-C or SIGTERM ends it cleanly."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ import sys
 import time
 from pathlib import Path
 
-from asyncdl.writer import is_temp_file
+import pytest
+
+from .spawn import sigint_ignored, spawned
 
 
 def run_demo(dest: Path, *args: str) -> subprocess.Popen[str]:
@@ -34,17 +36,27 @@ def test_demo_prints_the_table(tmp_path: Path) -> None:
     assert os.listdir(tmp_path) == []
 
 
-def test_ctrl_c_exits_130_without_traceback_or_temp_files(tmp_path: Path) -> None:
-    demo = run_demo(tmp_path, "--objects", "400", "--rtt-ms", "20", "--concurrency", "8")
-    assert demo.stdout is not None
-    deadline = time.monotonic() + 90
-    for line in demo.stdout:  # wait until the downloads have begun
-        if line.startswith("seeded") or time.monotonic() > deadline:
-            break
-    time.sleep(1.0)
-    demo.send_signal(signal.SIGINT)
-    _, err = demo.communicate(timeout=60)
-    assert demo.returncode == 130
+@pytest.mark.parametrize(
+    ("signum", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["Ctrl-C", "SIGTERM"]
+)
+def test_a_stop_signal_exits_without_traceback_or_temp_files(
+    tmp_path: Path, signum: signal.Signals, status: int
+) -> None:
+    argv = [sys.executable, "-m", "asyncdl.cli", "demo", "--dest", str(tmp_path)]
+    args = ["--objects", "400", "--rtt-ms", "20", "--concurrency", "8"]
+    # Whatever started pytest (a background job ignores SIGINT), the child gets Ctrl-C.
+    with (
+        sigint_ignored(),
+        spawned([*argv, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as demo,
+    ):
+        assert demo.stdout is not None
+        deadline = time.monotonic() + 90
+        for line in demo.stdout:  # wait until the downloads have begun
+            if line.startswith("seeded") or time.monotonic() > deadline:
+                break
+        time.sleep(1.0)
+        demo.send_signal(signum)
+        _, err = demo.communicate(timeout=60)
+    assert demo.returncode == status, err
     assert "Traceback" not in err
-    leftovers = [p for p in tmp_path.rglob("*") if is_temp_file(p.name)]
-    assert leftovers == []
+    assert os.listdir(tmp_path) == []  # the downloads' temp files, and their directories

@@ -1,13 +1,23 @@
-"""progress=: byte deltas with the total from discovery, rewound when bytes are discarded."""
+"""progress=: byte deltas with the total from discovery, rewound when bytes are discarded.
+
+A callable that can take two positional arguments gets ``(delta, total)``; one that
+takes one (boto3's ``Callback``, tqdm's ``update``) gets the delta alone.
+"""
 
 from __future__ import annotations
 
+import functools
+import operator
+import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.progress import Progress
 
 import asyncdl
+from asyncdl.progress import Reporter
 from asyncdl.testing.tcp_proxy import Fault, RequestRecord, TcpProxy
 
 from .conftest import CHUNK, make_client, payload
@@ -106,3 +116,188 @@ async def test_stream_progress(engine: asyncdl.Engine, s3: Any, bucket: str) -> 
     assert got == data[1:]
     assert seen.net == len(data) - 1
     assert {total for _, total in seen.calls} == {len(data) - 1}
+
+
+# -- one-argument callables, as boto3 and tqdm users write them ------------------------
+
+
+class TqdmLike:
+    """tqdm's shape: ``bar.update(n=1)`` adds ``n``."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+
+    def update(self, n: float | None = 1) -> bool | None:
+        self.calls.append((n,))
+        return None
+
+
+class AsyncBar:
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+
+    async def update(self, n: int) -> None:
+        self.calls.append((n,))
+
+
+class ProgressPercentage:
+    """boto3's documented ``Callback`` class: ``__call__(self, bytes_amount)``."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+
+    def __call__(self, bytes_amount: int) -> None:
+        self.calls.append((bytes_amount,))
+
+
+def callback_kinds() -> dict[str, Callable[[], tuple[Any, list[tuple[Any, ...]]]]]:
+    """name -> a factory of (the callable, the list of argument tuples it received)."""
+
+    def function() -> tuple[Any, list[tuple[Any, ...]]]:
+        calls: list[tuple[Any, ...]] = []
+
+        def callback(bytes_transferred: int) -> None:  # boto3's Callback
+            calls.append((bytes_transferred,))
+
+        return callback, calls
+
+    def async_function() -> tuple[Any, list[tuple[Any, ...]]]:
+        calls: list[tuple[Any, ...]] = []
+
+        async def callback(delta: int) -> None:
+            calls.append((delta,))
+
+        return callback, calls
+
+    def star_args() -> tuple[Any, list[tuple[Any, ...]]]:
+        calls: list[tuple[Any, ...]] = []
+        return (lambda *args: calls.append(args)), calls
+
+    def partial_two() -> tuple[Any, list[tuple[Any, ...]]]:
+        calls: list[tuple[Any, ...]] = []
+
+        def labelled(label: str, delta: int, total: int) -> None:
+            calls.append((delta, total))
+
+        return functools.partial(labelled, "object"), calls
+
+    def rich_advance() -> tuple[Any, list[tuple[Any, ...]]]:
+        # rich's Progress.advance(task_id, advance=1), with the task bound: one argument.
+        progress = Progress(disable=True)
+        task = progress.add_task("download", total=None)
+        calls: list[tuple[Any, ...]] = []
+        original = progress.advance
+
+        def advance(task_id: Any, advance: float = 1) -> None:
+            calls.append((advance,))
+            original(task_id, advance)
+
+        progress.advance = advance  # type: ignore[method-assign]
+        return functools.partial(progress.advance, task), calls
+
+    def bound(cls: Any) -> Callable[[], tuple[Any, list[tuple[Any, ...]]]]:
+        def make() -> tuple[Any, list[tuple[Any, ...]]]:
+            bar = cls()
+            return (bar.update if hasattr(bar, "update") else bar), bar.calls
+
+        return make
+
+    return {
+        "tqdm update (bound, n=1)": bound(TqdmLike),
+        "async bound method": bound(AsyncBar),
+        "boto3 Callback class": bound(ProgressPercentage),
+        "boto3 Callback function": function,
+        "async function": async_function,
+        "partial of rich's advance": rich_advance,
+        "partial leaving two": partial_two,
+        "*args": star_args,
+    }
+
+
+KINDS = callback_kinds()
+TWO_ARGUMENTS = {"partial leaving two", "*args"}
+
+
+def check_calls(kind: str, calls: list[tuple[Any, ...]], total: int) -> None:
+    assert calls
+    assert {len(args) for args in calls} == {2 if kind in TWO_ARGUMENTS else 1}
+    assert sum(args[0] for args in calls) == total
+    if kind in TWO_ARGUMENTS:
+        assert all(args[1] > 0 for args in calls)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_progress_forms_on_every_api(
+    engine: asyncdl.Engine, s3: Any, bucket: str, tmp_path: Path, kind: str
+) -> None:
+    data = payload(3 * CHUNK + 7)
+    s3.put_object(Bucket=bucket, Key="big", Body=data)
+    s3.put_object(Bucket=bucket, Key="small", Body=b"tiny")
+
+    callback, calls = KINDS[kind]()
+    await engine.download(bucket, "big", tmp_path / "big", progress=callback)
+    check_calls(kind, calls, len(data))
+
+    callback, calls = KINDS[kind]()
+    items = [(bucket, "big", tmp_path / "many-big"), (bucket, "small", tmp_path / "many-small")]
+    results = [r async for r in engine.download_many(items, progress=callback)]
+    assert all(r.ok for r in results)
+    check_calls(kind, calls, len(data) + 4)
+
+    callback, calls = KINDS[kind]()
+    got = b"".join([p async for p in engine.stream(bucket, "big", start=7, progress=callback)])
+    assert got == data[7:]
+    check_calls(kind, calls, len(data) - 7)
+
+
+async def test_one_call_download_takes_progress(
+    client: Any, config: asyncdl.TransferConfig, s3: Any, bucket: str, tmp_path: Path
+) -> None:
+    data = payload(2 * CHUNK + 1)
+    s3.put_object(Bucket=bucket, Key="k", Body=data)
+    bar = TqdmLike()
+    result = await asyncdl.download(
+        bucket, "k", tmp_path / "k", client=client, config=config, progress=bar.update
+    )
+    assert result.size == len(data)
+    check_calls("tqdm update", bar.calls, len(data))
+    two = Recorder()
+    await asyncdl.download(bucket, "k", tmp_path / "j", client=client, config=config, progress=two)
+    assert two.net == len(data)
+    assert {total for _, total in two.calls} == {len(data)}
+
+
+async def test_a_callable_without_a_signature_gets_the_delta() -> None:
+    # Some builtins have no signature to read; they are called as boto3 calls its
+    # Callback. methodcaller("bit_length") takes exactly one argument.
+    reporter = Reporter(operator.methodcaller("bit_length"))
+    reporter.total = 10
+    await reporter.add(10)
+    assert reporter.sent == 10
+
+
+def no_arguments() -> None: ...
+
+
+def three_arguments(a: int, b: int, c: int) -> None: ...
+
+
+def keyword_only(delta: int, *, total: int) -> None: ...
+
+
+@pytest.mark.parametrize(
+    "callback",
+    [no_arguments, three_arguments, keyword_only, "not callable", 42],
+    ids=["no arguments", "three arguments", "keyword-only total", "a string", "a number"],
+)
+async def test_a_callback_that_fits_neither_form_is_refused_before_anything_is_sent(
+    engine: asyncdl.Engine, s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path, callback: Any
+) -> None:
+    s3.put_object(Bucket=bucket, Key="k", Body=b"data")
+    with pytest.raises(ValueError, match="progress must") as refused:
+        await engine.download(bucket, "k", tmp_path / "k", progress=callback)
+    assert repr(callback) in str(refused.value)
+    with pytest.raises(ValueError, match="progress must"):
+        engine.stream(bucket, "k", progress=callback)
+    assert proxy.requests == []
+    assert os.listdir(tmp_path) == []

@@ -7,6 +7,7 @@ from typing import Any
 
 from .config import TransferConfig
 from .engine import Engine
+from .progress import ProgressCallback
 from .request_args import ExtraArgs
 from .results import DownloadResult
 from .strategies import Strategy
@@ -25,6 +26,7 @@ async def download(
     etag: str | None = None,
     timeout: float | None = None,
     checksum: str | None = None,
+    progress: ProgressCallback | None = None,
 ) -> DownloadResult:
     """Download ``s3://bucket/key`` to ``path`` and return what was written.
 
@@ -42,4 +44,5 @@ async def download(
             etag=etag,
             timeout=timeout,
             checksum=checksum,
+            progress=progress,
         )

@@ -2,9 +2,11 @@
 
 Exit status: 0 when every object was downloaded, 1 when any failed (one
 ``error: s3://bucket/key: ...`` line each, then ``N of M objects failed``), 2 for a
-usage error (one line; nothing sent, nothing on disk), 130 on Ctrl-C (the running
-downloads are cancelled and their temp files removed first). Tracebacks only
-with ``--debug``. Needs the ``cli`` extra: ``pip install 'asyncdl[cli]'``.
+usage error (one line; nothing sent, nothing on disk), 130 on Ctrl-C, 143 on
+SIGTERM and 129 on SIGHUP (the running downloads are cancelled and their temp files
+removed first; a signal inherited as ignored, as under ``nohup``, stays ignored; see
+``interrupts``). Tracebacks only with ``--debug``. Needs the ``cli`` extra:
+``pip install 'asyncdl[cli]'``.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ except ModuleNotFoundError as missing:  # pragma: no cover - depends on the inst
         "pip install 'asyncdl[cli]'"
     ) from None
 
+from . import __version__, interrupts
 from .bulk import failed
 from .cli_output import Output, print_error
 from .cli_params import S3Url, converter, parse_endpoint_url, parse_s3_url, parse_size
@@ -92,7 +95,7 @@ class _Cli(click.Group):
 
 
 @click.group(cls=_Cli, name="asyncdl")
-@click.version_option(package_name="asyncdl")
+@click.version_option(version=__version__, prog_name="asyncdl")
 def cli() -> None:
     """Download objects from S3 and S3-compatible stores.
 
@@ -100,7 +103,8 @@ def cli() -> None:
     config files (AWS_ENDPOINT_URL_S3, AWS_PROFILE, ...); --endpoint-url overrides
     the endpoint.
 
-    Exit status: 0 success, 1 some object failed, 2 usage error, 130 Ctrl-C.
+    Exit status: 0 success, 1 some object failed, 2 usage error, 130 Ctrl-C,
+    143 SIGTERM (both cancel the downloads and remove their temp files first).
     """
 
 
@@ -241,16 +245,14 @@ def cp(
                 ),
                 debug,
             )
-        if complete is None:
-            return INTERRUPTED
         if output.done == 0 and complete:
             output.note(f"no objects under s3://{source.bucket}/{prefix}")
         return output.summary(complete=complete)
     target = _dest_file(source, dest, ctx)
     output = Output(objects=1, quiet=quiet, json_lines=json_lines, debug=debug)
     with output:
-        done = _run(_copy_one(settings, source, target, strategy, output), debug)
-    return INTERRUPTED if done is None else output.summary()
+        _run(_copy_one(settings, source, target, strategy, output), debug)
+    return output.summary()
 
 
 @cli.command()
@@ -290,11 +292,11 @@ def cat(
 def demo(ctx: click.Context) -> int:
     """The main job: an embedded moto S3, a sample set, both strategies, one table.
 
-    Takes asyncdl-demo's options (asyncdl demo --help).
+    Options: asyncdl demo --help. Needs the 'demo' extra (moto).
     """
     from . import demo as demo_job  # noqa: PLC0415 - moto is needed by this command only
 
-    demo_job.main(ctx.args)  # exits 130 itself on Ctrl-C, 2 on a bad option
+    demo_job.main(ctx.args)  # exits 130 itself on Ctrl-C (143 on SIGTERM), 2 on a bad option
     return 0
 
 
@@ -362,7 +364,7 @@ async def _open_engine(settings: Settings) -> AsyncIterator[Engine]:
 
 async def _copy_one(
     settings: Settings, source: S3Url, target: Path, strategy: str, output: Output
-) -> bool:
+) -> None:
     async with _open_engine(settings) as engine:
         try:
             result = await engine.download(
@@ -373,7 +375,6 @@ async def _copy_one(
         except DownloadError as error:
             result = failed(source.bucket, source.key, target, error, strategy)
     output.finished(result)
-    return True
 
 
 async def _copy_prefix(
@@ -407,8 +408,6 @@ def _cat(settings: Settings, source: S3Url) -> int:
     )
     with output:
         done = _run(_stream_to(settings, source, stdout, output), settings.debug)
-    if done is None:
-        return INTERRUPTED
     if not done:  # the reader went away (``| head``): nothing more to say
         return 1
     return output.summary()
@@ -451,20 +450,20 @@ def _silence_stdout() -> None:
 _Result = TypeVar("_Result")
 
 
-def _run(work: Coroutine[Any, Any, _Result], debug: bool) -> _Result | None:
-    """Run ``work`` on a fresh event loop; ``None`` after Ctrl-C.
+def _run(work: Coroutine[Any, Any, _Result], debug: bool) -> _Result:
+    """Run ``work`` on a fresh event loop.
 
-    On Ctrl-C, ``asyncio.run`` cancels ``work`` and waits for it: every download
-    in flight is cancelled, its temp file removed and the client closed before
-    ``KeyboardInterrupt`` comes out here.
+    On Ctrl-C, SIGTERM or SIGHUP, ``work`` is cancelled and waited for: every
+    download in flight is cancelled, its temp file removed and the client closed;
+    then the command exits with 128 + the signal's number (130, 143, 129).
     """
     logger = logging.getLogger("asyncdl")
     level = logger.level
     handler = _debug_logging(logger) if debug else None
     try:
-        return asyncio.run(work)
-    except KeyboardInterrupt:
-        return None
+        return interrupts.run(work)
+    except interrupts.Stopped as stop:
+        raise click.exceptions.Exit(stop.exit_status) from None
     except InvalidRequestError as exc:
         raise click.UsageError(str(exc)) from None
     except DownloadError as exc:  # a failure outside any one object (opening the client)

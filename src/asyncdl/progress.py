@@ -1,36 +1,74 @@
 """Progress reporting: byte deltas to a caller's callable, sync or async.
 
-The callable receives ``(delta, total)``: bytes just written (or yielded, for a
-stream), and the object's total from discovery. When a download discards bytes
-(a fresh attempt after a checksum mismatch, or a failure), it reports the
-negative of what it had reported, so a bar fed by several downloads stays true.
+The callable receives the bytes just written (or yielded, for a stream) and, if it
+can take a second positional argument, the object's total from discovery:
+``progress(delta, total)``. One that takes a single argument gets ``progress(delta)``,
+so boto3's ``Callback`` and tqdm's ``bar.update`` work unchanged. Which form is read
+once from the callable's signature (bound methods, ``functools.partial`` and
+``*args`` included); a callable whose signature cannot be read (some builtins) is
+called as boto3 calls its ``Callback``, with the delta alone.
+
+When a download discards bytes (a fresh attempt after a checksum mismatch, or a
+failure), it reports the negative of what it had reported, so a bar fed by several
+downloads stays true.
 """
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
+from typing import cast
 
-ProgressCallback = Callable[[int, int], object]
+#: ``progress(delta, total)`` or ``progress(delta)``; either may return an awaitable.
+ProgressCallback = Callable[[int, int], object] | Callable[[int], object]
+
+
+def takes_total(callback: Callable[..., object]) -> bool:
+    """Whether ``callback`` is called with ``(delta, total)`` rather than ``(delta)``.
+
+    Raises ``ValueError`` for a callable that takes neither.
+    """
+    if not callable(callback):
+        raise ValueError(f"progress must be callable, got {callback!r}")
+    try:
+        signature = inspect.signature(callback)
+    except (TypeError, ValueError):  # no signature to read: boto3's convention
+        return False
+    for arguments, two in (((0, 0), True), ((0,), False)):
+        try:
+            signature.bind(*arguments)
+        except TypeError:
+            continue
+        return two
+    raise ValueError(
+        f"progress must take the byte delta, or (delta, total), as positional "
+        f"arguments; {callback!r} takes {signature}"
+    )
 
 
 class Reporter:
-    __slots__ = ("callback", "sent", "total")
+    __slots__ = ("_call", "callback", "sent", "total")
 
     def __init__(self, callback: ProgressCallback | None) -> None:
-        if callback is not None and not callable(callback):
-            raise ValueError(f"progress must be callable, got {callback!r}")
+        self._call = None if callback is None else _with_total(callback)
         self.callback = callback
         self.total = 0
         self.sent = 0
 
     async def add(self, delta: int) -> None:
-        if self.callback is None or delta == 0:
+        if self._call is None or delta == 0:
             return
         self.sent += delta
-        result = self.callback(delta, self.total)
+        result = self._call(delta, self.total)
         if inspect.isawaitable(result):
             await result
 
     async def rewind(self) -> None:
         await self.add(-self.sent)
+
+
+def _with_total(callback: ProgressCallback) -> Callable[[int, int], object]:
+    if takes_total(callback):
+        return cast(Callable[[int, int], object], callback)
+    one = cast(Callable[[int], object], callback)
+    return lambda delta, _total: one(delta)

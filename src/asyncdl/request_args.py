@@ -74,8 +74,8 @@ def check_extra_args(extra_args: ExtraArgs | None, *, bucket: str, key: str) -> 
             key=key,
         )
     for name, value in extra_args.items():
-        if isinstance(value, bytes) and name in _BYTES_ARGS:
-            if not value:
+        if name in _BYTES_ARGS and isinstance(value, str | bytes):
+            if not value:  # botocore would send it, and S3 refuse it
                 raise InvalidRequestError(
                     f"extra_args[{name!r}] must not be empty", bucket=bucket, key=key
                 )
