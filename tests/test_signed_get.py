@@ -87,9 +87,10 @@ async def test_errors_through_the_lean_path(
     async with make_client(proxy.url) as client, asyncdl.Engine(client, config=config) as engine:
         with pytest.raises(asyncdl.ObjectNotFoundError, match="NoSuchKey"):
             await engine.download(bucket, "missing", tmp_path / "m")
-        s3.put_object(Bucket=bucket, Key="empty", Body=b"")
+        etag = s3.put_object(Bucket=bucket, Key="empty", Body=b"")["ETag"]
         result = await engine.download(bucket, "empty", tmp_path / "e")
-    assert (result.size, result.requests) == (0, 1)  # the 416's ActualObjectSize was read
+    # The lean path read the 416 (its ActualObjectSize); the plain GET brought the ETag.
+    assert (result.size, result.etag, result.requests) == (0, etag, 2)
     assert not (tmp_path / "m").exists()
 
 

@@ -34,7 +34,7 @@ from .errors import (
     RetryableError,
     translate,
 )
-from .progress import ProgressCallback, Reporter
+from .progress import ProgressCallback, Reporter, with_total
 from .ranges import ByteRange, plan_ranges
 from .request_args import ExtraArgs, check_bucket_and_key, check_extra_args
 from .results import DownloadResult
@@ -154,9 +154,10 @@ class Engine:
     ) -> DownloadResult:
         """Download ``s3://bucket/key`` to ``path``.
 
-        ``progress(delta, total)`` (sync or async) is called as bytes reach the file,
-        with the object's size as ``total``; bytes a download discards are reported
-        back as a negative delta.
+        ``progress(delta, total)`` or ``progress(delta)`` (sync or async, as boto3's
+        ``Callback`` and tqdm's ``update``) is called as bytes reach the file, with the
+        object's size as ``total``; bytes a download discards are reported back as a
+        negative delta.
 
         ``checksum`` (``"CRC64NVME:base64..."``) is S3's checksum of the object when
         the caller knows it; the bytes are checked against it per ``config.validate``.
@@ -395,7 +396,7 @@ class Engine:
             strategy=strategy,
             extra_args=extra_args,
             timeout=timeout,
-            progress=progress,
+            progress=with_total(progress) if progress is not None else None,
         )
 
     def download_prefix(
@@ -428,7 +429,7 @@ class Engine:
             strategy=strategy,
             extra_args=extra_args,
             timeout=timeout,
-            progress=progress,
+            progress=with_total(progress) if progress is not None else None,
         )
 
     async def _discover(

@@ -50,7 +50,7 @@ class Reporter:
     __slots__ = ("_call", "callback", "sent", "total")
 
     def __init__(self, callback: ProgressCallback | None) -> None:
-        self._call = None if callback is None else _with_total(callback)
+        self._call = None if callback is None else with_total(callback)
         self.callback = callback
         self.total = 0
         self.sent = 0
@@ -67,8 +67,25 @@ class Reporter:
         await self.add(-self.sent)
 
 
-def _with_total(callback: ProgressCallback) -> Callable[[int, int], object]:
-    if takes_total(callback):
-        return cast(Callable[[int, int], object], callback)
-    one = cast(Callable[[int], object], callback)
-    return lambda delta, _total: one(delta)
+class _Checked:
+    """A progress callable whose form is known: called as ``(delta, total)``."""
+
+    __slots__ = ("_callback", "_total")
+
+    def __init__(self, callback: ProgressCallback, total: bool) -> None:
+        self._callback = callback
+        self._total = total
+
+    def __call__(self, delta: int, total: int) -> object:
+        if self._total:
+            return cast(Callable[[int, int], object], self._callback)(delta, total)
+        return cast(Callable[[int], object], self._callback)(delta)
+
+
+def with_total(callback: ProgressCallback) -> Callable[[int, int], object]:
+    """``callback`` as a ``(delta, total)`` callable, its form read once: bulk calls
+    check it up front, so their many downloads do not read the signature again (and a
+    callable of neither form is refused before anything is sent)."""
+    if isinstance(callback, _Checked):
+        return callback
+    return _Checked(callback, takes_total(callback))
