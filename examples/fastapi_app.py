@@ -4,7 +4,8 @@
         uvicorn examples.fastapi_app:app
 
 - ``GET /objects/{bucket}/{key}`` streams an object (Content-Length and ETag from
-  the first request; 404 for a missing key; only allow-listed buckets).
+  the first request; 404 for a missing key; only allow-listed buckets);
+  ``HEAD`` answers the same headers without reading the body.
 - ``POST /downloads`` downloads a batch of keys into the server-side folder (names
   confined to it) and returns one result per key.
 """
@@ -16,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, HTTPException
-from fastapi.responses import StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel
+from starlette.background import BackgroundTask
 
 import asyncdl
 from asyncdl.bulk import relative_path
@@ -40,19 +42,41 @@ def check_bucket(bucket: str) -> None:
         raise HTTPException(status_code=403, detail=f"bucket {bucket!r} is not allowed")
 
 
-@app.get("/objects/{bucket}/{key:path}")
-async def get_object(bucket: str, key: str, engine: EngineDep) -> StreamingResponse:
+async def open_object(bucket: str, key: str, engine: asyncdl.Engine) -> asyncdl.ObjectStream:
+    """The object's stream, opened: the first request gives its size and ETag, or the
+    404, before any byte of the answer is sent."""
     check_bucket(bucket)
     stream = engine.stream(bucket, key)
     try:
-        await stream.open()  # the first request: size, ETag, or the 404, before any body
+        return await stream.open()
     except asyncdl.ObjectNotFoundError:
         raise HTTPException(status_code=404, detail="no such object") from None
     except asyncdl.AccessDeniedError:
         raise HTTPException(status_code=403, detail="access denied") from None
-    headers = {"Content-Length": str(stream.length), "ETag": stream.etag or ""}
-    # Starlette closes the iterator when the client goes away: the prefetch stops.
-    return StreamingResponse(stream, media_type="application/octet-stream", headers=headers)
+
+
+def object_headers(stream: asyncdl.ObjectStream) -> dict[str, str]:
+    return {"Content-Length": str(stream.length), "ETag": stream.etag or ""}
+
+
+@app.get("/objects/{bucket}/{key:path}")
+async def get_object(bucket: str, key: str, engine: EngineDep) -> StreamingResponse:
+    stream = await open_object(bucket, key, engine)
+    # The open stream holds its first answer (a slot of the engine's budget and a
+    # connection) until it is read or closed: close it when the response ends, sent
+    # in full or cut by a client that left (even before the first byte).
+    return StreamingResponse(
+        stream,
+        media_type="application/octet-stream",
+        headers=object_headers(stream),
+        background=BackgroundTask(stream.aclose),
+    )
+
+
+@app.head("/objects/{bucket}/{key:path}")
+async def head_object(bucket: str, key: str, engine: EngineDep) -> Response:
+    async with await open_object(bucket, key, engine) as stream:  # headers only
+        return Response(media_type="application/octet-stream", headers=object_headers(stream))
 
 
 class Batch(BaseModel):

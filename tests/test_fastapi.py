@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,8 @@ import httpx
 import pytest
 import uvicorn
 
+import asyncdl
+from asyncdl.contrib.fastapi import lifespan
 from asyncdl.testing.moto_server import free_port
 from asyncdl.testing.tcp_proxy import Fault, TcpProxy
 
@@ -47,6 +50,10 @@ async def test_get_object_streams_with_headers(
     assert response.content == data
     assert response.headers["content-length"] == str(len(data))
     assert response.headers["etag"] == etag
+    head = await http.head(f"/objects/{bucket}/dir/file.bin")
+    assert (head.status_code, head.content) == (200, b"")
+    assert head.headers["content-length"] == str(len(data))
+    assert head.headers["etag"] == etag
     assert (await http.get(f"/objects/{bucket}/missing")).status_code == 404
     assert (await http.get("/objects/other-bucket/dir/file.bin")).status_code == 403
     assert app.state.asyncdl_engine is engine
@@ -71,31 +78,47 @@ async def test_post_downloads_confines_names(
     assert sorted(os.listdir(tmp_path / "downloads")) == ["a"]
 
 
+@asynccontextmanager
+async def uvicorn_serving(app: Any) -> AsyncIterator[int]:
+    """The app under uvicorn on a loopback port (yielded), as a deployment runs it."""
+    port = free_port()
+    # A handler left waiting (a leak under test) must not hold the shutdown forever.
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=port, log_level="error", timeout_graceful_shutdown=5
+    )
+    server = uvicorn.Server(config)
+    serving = asyncio.create_task(server.serve())
+    try:
+        while not server.started:  # noqa: ASYNC110 - uvicorn offers no event to wait on
+            await asyncio.sleep(0.01)
+        yield port
+    finally:
+        server.should_exit = True
+        await serving
+
+
 async def test_under_uvicorn_a_client_that_disconnects_stops_the_prefetch(
     app: Any, s3: Any, bucket: str, proxy: TcpProxy
 ) -> None:
     size = 64 * 2**20  # 8 parts of 8 MiB
     s3.put_object(Bucket=bucket, Key="big", Body=bytes(size))
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
-    serving = asyncio.create_task(server.serve())
-    try:
-        while not server.started:  # noqa: ASYNC110 - uvicorn offers no event to wait on
-            await asyncio.sleep(0.01)
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
-            whole = await client.get(f"/objects/{bucket}/big")
-            assert whole.status_code == 200
-            assert len(whole.content) == size
-            proxy.reset_stats()
-            # Parts after the first are held 10 s by the proxy: if the disconnect did
-            # not cancel the prefetch, its tasks would still be waiting below.
-            proxy.rule = lambda r: (
-                Fault(delay=10) if r.range and not r.range.startswith("bytes=0-") else None
-            )
-            async with client.stream("GET", f"/objects/{bucket}/big") as response:
-                assert response.headers["content-length"] == str(size)
-                async for _ in response.aiter_bytes():
-                    break  # the client goes away after the first piece
+    async with (
+        uvicorn_serving(app) as port,
+        httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client,
+    ):
+        whole = await client.get(f"/objects/{bucket}/big")
+        assert whole.status_code == 200
+        assert len(whole.content) == size
+        proxy.reset_stats()
+        # Parts after the first are held 10 s by the proxy: if the disconnect did
+        # not cancel the prefetch, its tasks would still be waiting below.
+        proxy.rule = lambda r: (
+            Fault(delay=10) if r.range and not r.range.startswith("bytes=0-") else None
+        )
+        async with client.stream("GET", f"/objects/{bucket}/big") as response:
+            assert response.headers["content-length"] == str(size)
+            async for _ in response.aiter_bytes():
+                break  # the client goes away after the first piece
         await asyncio.sleep(1.0)
         sent = len(proxy.requests)
         await asyncio.sleep(0.5)
@@ -103,6 +126,57 @@ async def test_under_uvicorn_a_client_that_disconnects_stops_the_prefetch(
         assert sent <= 5  # the first part and the prefetch window, never all 8
         leftovers = [t for t in asyncio.all_tasks() if "_launch" in repr(t.get_coro())]
         assert leftovers == []
-    finally:
-        server.should_exit = True
-        await serving
+
+
+async def test_under_uvicorn_answers_that_never_read_the_body_free_their_slots(
+    app: Any, s3: Any, bucket: str, proxy: TcpProxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A small budget, and a first part (8 MiB) larger than the socket buffers: a first
+    # answer nobody closes keeps its slot, and stays in flight at the proxy.
+    budget = 2
+    config = asyncdl.TransferConfig(max_concurrency=budget)
+    monkeypatch.setattr(app.router, "lifespan_context", lifespan(config=config))
+    data = payload(2 * config.chunk_size + 5)
+    s3.put_object(Bucket=bucket, Key="big", Body=data)
+    path = f"/objects/{bucket}/big"
+    request = f"GET {path} HTTP/1.1\r\nHost: app\r\n\r\n".encode()
+
+    async def leave_after_the_headers(port: int) -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(request)
+        head = await reader.readuntil(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200")
+        assert f"content-length: {len(data)}".encode() in head.lower()
+        writer.close()
+        await writer.wait_closed()
+
+    async def leave_while_it_opens(port: int) -> None:
+        # The handler's open() still waits for S3 when the client goes away.
+        proxy.rule = lambda r: Fault(delay=0.3)
+        sent = len(proxy.requests)
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(request)
+        while len(proxy.requests) == sent:  # noqa: ASYNC110 - the proxy has no event
+            await asyncio.sleep(0.01)
+        writer.close()
+        await writer.wait_closed()
+        proxy.rule = None
+
+    async with (
+        asyncio.timeout(60),
+        uvicorn_serving(app) as port,
+        httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client,
+    ):
+        for _ in range(3 * budget):
+            await leave_after_the_headers(port)
+            await leave_while_it_opens(port)
+            head = await client.head(path)  # the headers only: the body is never read
+            assert head.headers["content-length"] == str(len(data))
+        whole = await client.get(path)
+        assert whole.status_code == 200
+        assert whole.content == data
+        for _ in range(500):  # what the engine closed, the proxy sees end within 5 s
+            if proxy.in_flight == 0:
+                break
+            await asyncio.sleep(0.01)
+        assert proxy.in_flight == 0

@@ -6,13 +6,23 @@ queue until the reader reaches it. At most ``stream_prefetch`` parts are in
 flight or waiting, so memory stays about ``stream_prefetch * chunk_size`` whatever
 the object's size. Leaving the iteration early (``aclose()``, a client that
 disconnects) cancels every part still in flight.
+
+The first answer is opened before any byte is read (a web handler needs its
+headers) and holds a slot of the budget and a pooled connection. The stream owns
+it until the first iteration starts the generator that reads it: an async
+generator that never started runs no ``finally`` when closed or collected, so
+handing it over earlier would leak it from a stream that is opened and never read
+(a handler that wants the headers only, a response that is never sent). Until then
+``aclose()`` closes it, and so does the stream's collection, on the stream's loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import deque
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from .config import is_int_at_least
@@ -26,6 +36,10 @@ if TYPE_CHECKING:
     from .engine import Engine
 
 _END = object()
+
+#: What iterates an opened stream: given the first answer (``None`` when there is
+#: nothing to read), the generator of its pieces, which owns that answer once started.
+_Reader = Callable[[Response | None], AsyncGenerator[bytes]]
 
 
 class QueueSink:
@@ -44,8 +58,14 @@ class ObjectStream:
     The first request goes out on :meth:`open` (or the first iteration); after it,
     ``size`` (the object's), ``etag`` and ``length`` (the bytes this stream yields)
     are known, so a web handler can send headers, or a 404, before any body.
-    Close it (``aclose()``, ``async with``) to cancel the prefetch.
+    Close it (``aclose()``, ``async with``) to release the first answer and cancel
+    the prefetch, whether or not anything was read; a stream collected unclosed
+    releases its first answer too.
     """
+
+    # Class-level, so that __del__ finds them on a stream whose __init__ raised.
+    _first: Response | None = None
+    _loop: asyncio.AbstractEventLoop | None = None
 
     def __init__(
         self,
@@ -78,31 +98,46 @@ class ObjectStream:
         self.size: int | None = None
         self.etag: str | None = None
         self.length: int | None = None
-        self._pieces: AsyncGenerator[bytes] | None = None
+        self._reader: _Reader | None = None  # set by open()
+        self._pieces: AsyncGenerator[bytes] | None = None  # set by the first iteration
+        self._opening = asyncio.Lock()
         self._closed = False
         self._progress = Reporter(progress)
 
     async def open(self) -> ObjectStream:
         """Send the first request; raise (``ObjectNotFoundError``...) if it fails."""
-        if self._pieces is None:
+        async with self._opening:  # a second caller waits for the first's answer
             if self._closed:
                 raise RuntimeError("the stream is closed")
-            try:
-                self._pieces = await self._first()
-            except DownloadError:
-                raise
-            except Exception as exc:
-                raise translate(exc, bucket=self.bucket, key=self.key) from exc
+            if self._reader is None:
+                try:
+                    reader = await self._first_request()
+                except Exception as exc:
+                    self._release_first()  # an answer that was refused
+                    if isinstance(exc, DownloadError):
+                        raise
+                    raise translate(exc, bucket=self.bucket, key=self.key) from exc
+                if self._closed:  # by another task, while the request was out
+                    self._release_first()
+                    raise RuntimeError("the stream was closed while it opened")
+                self._reader = reader
         return self
 
     def __aiter__(self) -> ObjectStream:
         return self
 
     async def __anext__(self) -> bytes:
-        pieces = self._pieces or (await self.open())._pieces
-        assert pieces is not None
+        if self._pieces is None:
+            if self._closed and self._reader is not None:
+                raise StopAsyncIteration
+            await self.open()
+            assert self._reader is not None
+            first, self._first = self._first, None
+            # The generator owns ``first`` from its first step, which is the anext()
+            # below: nothing is awaited in between, so it cannot be dropped unstarted.
+            self._pieces = self._reader(first)
         try:
-            piece = await anext(pieces)
+            piece = await anext(self._pieces)
         except (DownloadError, StopAsyncIteration, asyncio.CancelledError):
             raise
         except Exception as exc:
@@ -112,8 +147,9 @@ class ObjectStream:
         return piece
 
     async def aclose(self) -> None:
-        """Cancel whatever is in flight; idempotent."""
+        """Release the first answer and cancel whatever is in flight; idempotent."""
         self._closed = True
+        self._release_first()
         if self._pieces is not None:
             await self._pieces.aclose()
 
@@ -123,56 +159,82 @@ class ObjectStream:
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-    async def _first(self) -> AsyncGenerator[bytes]:
+    def __del__(self) -> None:
+        # Collected while it still owns the first answer (opened, never read nor
+        # closed). A finalizer runs wherever the last reference went: in any thread,
+        # in the middle of any callback. Closing the body and releasing the engine's
+        # semaphore (neither is thread-safe) must happen on the loop: schedule it there.
+        first, loop = self._first, self._loop
+        if first is not None and loop is not None and not loop.is_closed():
+            self._first = None
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(first.close)
+
+    def _release_first(self) -> None:
+        first, self._first = self._first, None
+        if first is not None:
+            first.close()
+
+    async def _first_request(self) -> _Reader:
+        """Send the first GET, set ``size``, ``etag`` and ``length``; what reads on."""
         engine, obj, start, end = self._engine, self._obj, self._start, self._end
         if end == start:
             self.length = 0
-            return _nothing()
+            return _nothing
         chunk = engine.config.chunk_size
         first_end = start + chunk if end is None else min(end, start + chunk)
         try:
             first = await obj.get(ByteRange(start, first_end), if_match=None)
         except RangeNotSatisfiable as exc:
             if exc.actual_size is not None and start >= exc.actual_size:
-                if start > exc.actual_size:
-                    raise obj.error(
-                        f"start {start} is past the end of the {exc.actual_size}-byte object",
-                        InvalidRequestError,
-                    ) from None
+                self._check_start(exc.actual_size)
                 self.size, self.etag, self.length = exc.actual_size, exc.etag, 0
-                return _nothing()  # an empty object, or a range that starts at its end
+                return _nothing  # an empty object, or a range that starts at its end
             raise
+        # Owned from here (no await in between): aclose() or collection releases it.
+        self._first, self._loop = first, asyncio.get_running_loop()
         if first.status == 200 and first.content_range is None:
             # The server ignored Range: the body is the whole object; keep [start, end).
             self.size, self.etag = first.content_length, first.etag
-            self.length = max(0, min(end if end is not None else self.size, self.size) - start)
-            return _slice(first, start, end)
+            self._check_start(self.size)
+            stop = self.size if end is None else min(end, self.size)
+            self.length = stop - start
+            if self.length == 0:
+                self._release_first()  # no need to read the whole body for nothing
+                return _nothing
+            return partial(_slice, start=start, end=stop)
         content_range = first.content_range
         if content_range is None or content_range.start != start:
-            first.close()
             raise obj.error(f"asked for bytes from {start}, got Content-Range {content_range}")
         self.size, self.etag = content_range.total, first.etag
         stop = self.size if end is None else min(end, self.size)
         self.length = stop - start
-        return _prefetch(engine, obj, first, stop)
+        return partial(_prefetch, engine, obj, stop=stop)
+
+    def _check_start(self, size: int) -> None:
+        if self._start > size:
+            raise self._obj.error(
+                f"start {self._start} is past the end of the {size}-byte object",
+                InvalidRequestError,
+            ) from None
 
 
-async def _nothing() -> AsyncGenerator[bytes]:
+async def _nothing(first: Response | None) -> AsyncGenerator[bytes]:
     return
     yield  # pragma: no cover - makes this an async generator
 
 
 async def _prefetch(
-    engine: Engine, obj: S3Object, first: Response, stop: int
+    engine: Engine, obj: S3Object, first: Response | None, *, stop: int
 ) -> AsyncGenerator[bytes]:
     """Yield the parts in order while up to ``stream_prefetch`` of them are fetched."""
-    assert first.content_range is not None
-    size, etag = first.content_range.total, first.etag
-    chunk = engine.config.chunk_size
+    assert first is not None
     opened: Response | None = first
     window: deque[tuple[QueueSink, asyncio.Task[None]]] = deque()
-    ranges = plan_ranges(stop, chunk, first.content_range.end)
     try:
+        assert first.content_range is not None
+        size, etag = first.content_range.total, first.etag
+        ranges = plan_ranges(stop, engine.config.chunk_size, first.content_range.end)
         opening = _launch(
             engine,
             obj,
@@ -240,18 +302,17 @@ def _launch(
     return sink, asyncio.create_task(run())
 
 
-async def _slice(response: Response, start: int, end: int | None) -> AsyncGenerator[bytes]:
+async def _slice(first: Response | None, *, start: int, end: int) -> AsyncGenerator[bytes]:
     """Bytes ``[start, end)`` of a whole-object body."""
+    assert first is not None
     position = 0
     try:
-        while piece := await response.body.read(1024 * 1024):
-            low, high = max(start - position, 0), len(piece)
-            if end is not None:
-                high = min(high, end - position)
+        while piece := await first.body.read(1024 * 1024):
+            low, high = max(start - position, 0), min(len(piece), end - position)
             position += len(piece)
             if low < high:
                 yield piece[low:high]
-            if end is not None and position >= end:
+            if position >= end:
                 break
     finally:
-        response.close()
+        first.close()

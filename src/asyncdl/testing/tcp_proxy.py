@@ -105,6 +105,13 @@ class TcpProxy:
             return list(self._stats.requests)
 
     @property
+    def in_flight(self) -> int:
+        """Requests whose answer is not fully relayed yet: a body nobody reads or
+        closes stays here."""
+        with self._lock:
+            return self._stats.in_flight
+
+    @property
     def max_in_flight(self) -> int:
         with self._lock:
             return self._stats.max_in_flight
