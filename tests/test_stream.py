@@ -246,3 +246,45 @@ async def test_a_stream_closed_while_it_opens_releases_the_answer(
                 await opening
         proxy.rule = None
         await read_back(small_engine, bucket, data)
+
+
+async def test_stream_of_an_empty_object_answered_with_a_zero_total(
+    engine: asyncdl.Engine, s3: Any, bucket: str, proxy: TcpProxy
+) -> None:
+    # s3rver's 206 "bytes 0-0/0" with a Content-Length of 1 it never sends.
+    etag = s3.put_object(Bucket=bucket, Key="empty", Body=b"")["ETag"]
+    headers = {"Content-Range": "bytes 0-0/0", "Content-Length": "1", "ETag": etag}
+    proxy.rule = lambda r: Fault(reply=(206, headers, b""))
+    async with asyncio.timeout(10):
+        stream = await engine.stream(bucket, "empty").open()
+        assert (stream.size, stream.length, stream.etag) == (0, 0, etag)
+        assert [piece async for piece in stream] == []
+
+
+async def test_stream_from_a_server_without_etags_is_one_get(
+    engine: asyncdl.Engine, s3: Any, bucket: str, proxy: TcpProxy
+) -> None:
+    data = payload(3 * CHUNK + 5)
+    s3.put_object(Bucket=bucket, Key="k", Body=data)
+    proxy.rule = lambda r: Fault(response_headers={"etag": None})
+    assert b"".join([p async for p in engine.stream(bucket, "k", start=10)]) == data[10:]
+    assert [r.range for r in proxy.requests] == [
+        f"bytes=10-{CHUNK + 9}",
+        f"bytes=10-{len(data) - 1}",
+    ]
+
+
+async def test_an_unpinned_stream_cut_midway_fails_rather_than_repeat_bytes(
+    engine: asyncdl.Engine, s3: Any, bucket: str, proxy: TcpProxy
+) -> None:
+    # Without an ETag a resumed range could come from another version, and the bytes
+    # already yielded cannot be taken back: the stream ends with an error.
+    data = payload(CHUNK // 2)
+    s3.put_object(Bucket=bucket, Key="k", Body=data)
+    proxy.rule = lambda r: Fault(response_headers={"etag": None}, cut_after=1000, stall=0.3)
+    received = b""
+    with pytest.raises(asyncdl.DownloadError, match="transfer failed"):
+        async for piece in engine.stream(bucket, "k"):
+            received += piece
+    assert data.startswith(received)
+    assert len(proxy.requests) == 1

@@ -58,6 +58,10 @@ class _Transfer:
     size: int
     verifier: Verifier
     progress: Reporter
+    #: Whether bytes written can be taken back (a file can be rewritten; a stream's
+    #: bytes are gone to the reader): an unpinned part (no ETag) is then started over
+    #: after a failure, else the failure ends it.
+    rewritable: bool = True
 
 
 @dataclass(slots=True)
@@ -317,7 +321,9 @@ class Engine:
 
         Parts are fetched concurrently (``config.stream_prefetch`` ahead of the
         reader, pinned with ``IfMatch``), so memory stays about
-        ``stream_prefetch * chunk_size``. Closing the iterator early cancels them.
+        ``stream_prefetch * chunk_size``. Closing it (``aclose()``, ``async with``)
+        releases the first answer and cancels the prefetch, whether or not anything was
+        read.
         ``await stream.open()`` sends the first request and sets ``size``, ``etag``
         and ``length`` before any byte is read (a web handler's headers, or its 404).
         """
@@ -368,8 +374,11 @@ class Engine:
         response: Response | None,
     ) -> None:
         """Fetch bytes ``[start, end)`` into ``sink`` (anything with ``write(offset,
-        data)``), with the same retries and resumption as a download's parts."""
-        transfer = _Transfer(obj, sink, etag, size, Verifier("off", None), Reporter(None))
+        data)``, each byte once), with the same retries and resumption as a download's
+        parts; without an ETag to pin a resumed range to, a failure ends it."""
+        transfer = _Transfer(
+            obj, sink, etag, size, Verifier("off", None), Reporter(None), rewritable=False
+        )
         await self._fetch_part(transfer, _Part(start, end), response)
 
     def download_many(
@@ -760,6 +769,8 @@ class Engine:
                     part.crc_fn = transfer.verifier.crc
                 await self._drain(transfer, response, part)
             except Exception as exc:
+                if not pinned and not transfer.rewritable and part.pos > part.start:
+                    raise translate(exc, bucket=transfer.obj.bucket, key=transfer.obj.key) from exc
                 if pinned and part.pos - mark >= _earns_a_reset(part):
                     failures = 0
                 failures = await self._after_failure(transfer.obj, exc, failures, "a part")

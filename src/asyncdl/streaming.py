@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from .config import is_int_at_least
 from .errors import DownloadError, InvalidRequestError, translate
 from .progress import ProgressCallback, Reporter
-from .ranges import ByteRange, plan_ranges
+from .ranges import ByteRange, ContentRange, plan_ranges
 from .request_args import ExtraArgs, check_bucket_and_key, check_extra_args
 from .s3_source import RangeNotSatisfiable, Response, S3Object
 
@@ -207,8 +207,23 @@ class ObjectStream:
         if content_range is None or content_range.start != start:
             raise obj.error(f"asked for bytes from {start}, got Content-Range {content_range}")
         self.size, self.etag = content_range.total, first.etag
+        if self.size == 0:
+            # "bytes 0-0/0" (s3rver): the empty object; its body is not read.
+            self._release_first()
+            self.length = 0
+            return _nothing
         stop = self.size if end is None else min(end, self.size)
         self.length = stop - start
+        if first.etag is None and stop > content_range.end:
+            # No ETag pins later parts to this version: the range comes in one GET (a
+            # cut then ends the stream rather than resume into another version).
+            self._release_first()
+            whole = await obj.get(ByteRange(start, stop), if_match=None)
+            self._first = whole
+            if whole.content_range != ContentRange(start, stop, self.size):
+                raise obj.error(
+                    f"asked for bytes [{start}, {stop}), got Content-Range {whole.content_range}"
+                )
         return partial(_prefetch, engine, obj, stop=stop)
 
     def _check_start(self, size: int) -> None:
