@@ -17,7 +17,7 @@ from moto.s3.models import s3_backends
 
 import asyncdl
 from asyncdl.bulk import relative_path
-from asyncdl.cli_output import result_json
+from asyncdl.cli.output import result_json
 from asyncdl.testing.tcp_proxy import Fault, TcpProxy
 
 from .conftest import CHUNK, gone_within_a_second, payload, temp_files

@@ -23,7 +23,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from asyncdl.cli import cli
-from asyncdl.cli_params import S3Url, parse_endpoint_url, parse_s3_url, parse_size
+from asyncdl.cli.params import S3Url, parse_endpoint_url, parse_s3_url, parse_size
 from asyncdl.testing.moto_server import FAKE_ENV
 from asyncdl.testing.tcp_proxy import Fault, TcpProxy
 from asyncdl.writer import is_temp_file

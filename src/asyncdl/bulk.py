@@ -14,20 +14,19 @@ import re
 from collections.abc import AsyncGenerator, AsyncIterable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiofiles.os import wrap
 
+from . import transfer
 from .config import is_int_at_least
+from .context import Context
 from .errors import DownloadError, InvalidRequestError, translate
 from .listing import list_pages
 from .progress import ProgressCallback
 from .request_args import ExtraArgs, redacted
 from .results import DownloadResult
 from .strategies import Strategy
-
-if TYPE_CHECKING:
-    from .engine import Engine
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +90,7 @@ async def _pull(items: Iterable[Any] | AsyncIterable[Any]) -> AsyncGenerator[Any
 
 
 async def download_many(
-    engine: Engine,
+    ctx: Context,
     items: Iterable[Any] | AsyncIterable[Any],
     *,
     strategy: str | Strategy,
@@ -100,7 +99,7 @@ async def download_many(
     progress: ProgressCallback | None = None,
 ) -> AsyncGenerator[DownloadResult]:
     """See :meth:`Engine.download_many`. Items may also be ready-made (failed) results."""
-    limit = engine.config.max_concurrency
+    limit = ctx.config.max_concurrency
     source = _pull(items)
     running: set[asyncio.Task[DownloadResult]] = set()
     exhausted = False
@@ -123,7 +122,7 @@ async def download_many(
                 running.add(
                     asyncio.create_task(
                         _one(
-                            engine,
+                            ctx,
                             request,
                             strategy=strategy,
                             extra_args=extra_args,
@@ -146,7 +145,7 @@ async def download_many(
 
 
 async def _one(
-    engine: Engine,
+    ctx: Context,
     request: DownloadRequest,
     *,
     strategy: str | Strategy,
@@ -155,7 +154,8 @@ async def _one(
     progress: ProgressCallback | None,
 ) -> DownloadResult:
     try:
-        return await engine.download(
+        job = await transfer.check(
+            ctx,
             request.bucket,
             request.key,
             request.path,
@@ -165,8 +165,8 @@ async def _one(
             etag=request.etag,
             timeout=timeout,
             checksum=request.checksum,
-            progress=progress,
         )
+        return await transfer.run(ctx, job, progress)
     except DownloadError as error:
         size = request.size if is_int_at_least(request.size, 0) else None
         return failed(request.bucket, request.key, request.path, error, strategy, size=size)
@@ -199,7 +199,7 @@ def failed(
 
 
 async def download_prefix(
-    engine: Engine,
+    ctx: Context,
     bucket: str,
     prefix: str,
     dest_dir: str | os.PathLike[str],
@@ -218,7 +218,7 @@ async def download_prefix(
     root = await _check_dest_dir_off_loop(dest_dir, bucket=bucket, prefix=folder)
     places = _Places(root)
     listing = _list_requests(
-        engine,
+        ctx,
         bucket=bucket,
         prefix=folder,
         places=places,
@@ -226,7 +226,7 @@ async def download_prefix(
         extra_args=extra_args,
     )
     results = download_many(
-        engine,
+        ctx,
         listing,
         strategy=strategy,
         extra_args=extra_args,
@@ -309,7 +309,7 @@ class _Places:
 
 
 async def _list_requests(
-    engine: Engine,
+    ctx: Context,
     *,
     bucket: str,
     prefix: str,
@@ -318,7 +318,7 @@ async def _list_requests(
     extra_args: ExtraArgs | None,
 ) -> AsyncGenerator[DownloadRequest | DownloadResult]:
     params = {name: extra_args[name] for name in _LIST_ARGS if extra_args and name in extra_args}
-    pages = list_pages(engine.client, engine.config, bucket=bucket, prefix=prefix, params=params)
+    pages = list_pages(ctx.client, ctx.config, bucket=bucket, prefix=prefix, params=params)
     try:
         async for page in pages:
             for entry in page.get("Contents", ()):

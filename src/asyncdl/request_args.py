@@ -1,13 +1,17 @@
-"""What a caller may ask of a download: bucket, key and GetObject arguments.
+"""What a caller may ask of a download: bucket, key, GetObject arguments and target path.
 
 Validated before any request is sent or any file is touched.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
+from pathlib import Path
 from types import MappingProxyType
+
+from aiofiles.os import wrap
 
 from .errors import InvalidRequestError
 
@@ -91,3 +95,33 @@ def check_extra_args(extra_args: ExtraArgs | None, *, bucket: str, key: str) -> 
 def redacted(extra_args: ExtraArgs) -> dict[str, str | bytes]:
     """A copy safe to log or show: SSE-C keys replaced."""
     return {name: "***" if name in _SECRET_ARGS else value for name, value in extra_args.items()}
+
+
+def check_target(path: str | os.PathLike[str], *, bucket: str, key: str) -> Path:
+    """The target must be creatable in an existing, writable directory."""
+    try:
+        target = Path(os.fspath(path))
+    except TypeError:
+        raise InvalidRequestError(
+            f"path must be a str or os.PathLike, got {path!r}", bucket=bucket, key=key
+        ) from None
+    if "\x00" in str(target):
+        raise InvalidRequestError(f"path {str(target)!r} holds a NUL byte", bucket=bucket, key=key)
+    if not target.name or target.name in (".", ".."):
+        raise InvalidRequestError(f"path {str(target)!r} names no file", bucket=bucket, key=key)
+    if target.is_dir():
+        raise InvalidRequestError(f"path {str(target)!r} is a directory", bucket=bucket, key=key)
+    parent = target.parent
+    if not parent.is_dir():
+        raise InvalidRequestError(
+            f"directory {str(parent)!r} does not exist", bucket=bucket, key=key
+        )
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise InvalidRequestError(
+            f"directory {str(parent)!r} is not writable", bucket=bucket, key=key
+        )
+    return target
+
+
+# stat() can stall for long on a busy disk: the checks run in the executor.
+check_target_off_loop = wrap(check_target)

@@ -23,17 +23,16 @@ import contextlib
 from collections import deque
 from collections.abc import AsyncGenerator, Callable
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .config import is_int_at_least
+from .context import Context
 from .errors import DownloadError, InvalidRequestError, translate
+from .parts import fetch_into
 from .progress import ProgressCallback, Reporter
 from .ranges import ByteRange, ContentRange, plan_ranges
 from .request_args import ExtraArgs, check_bucket_and_key, check_extra_args
 from .s3_source import RangeNotSatisfiable, Response, S3Object
-
-if TYPE_CHECKING:
-    from .engine import Engine
 
 _END = object()
 
@@ -69,7 +68,7 @@ class ObjectStream:
 
     def __init__(
         self,
-        engine: Engine,
+        ctx: Context,
         bucket: str,
         key: str,
         *,
@@ -91,8 +90,8 @@ class ObjectStream:
                 key=key,
             )
         self.bucket, self.key = bucket, key
-        self._engine = engine
-        self._obj = engine.s3_object(bucket, key, args)
+        self._ctx = ctx
+        self._obj = ctx.s3_object(bucket, key, args)
         self._start, self._end = start, end
         #: The object's size, its ETag, and how many bytes this stream yields.
         self.size: int | None = None
@@ -177,11 +176,11 @@ class ObjectStream:
 
     async def _first_request(self) -> _Reader:
         """Send the first GET, set ``size``, ``etag`` and ``length``; what reads on."""
-        engine, obj, start, end = self._engine, self._obj, self._start, self._end
+        ctx, obj, start, end = self._ctx, self._obj, self._start, self._end
         if end == start:
             self.length = 0
             return _nothing
-        chunk = engine.config.chunk_size
+        chunk = ctx.config.chunk_size
         first_end = start + chunk if end is None else min(end, start + chunk)
         try:
             first = await obj.get(ByteRange(start, first_end), if_match=None)
@@ -224,7 +223,7 @@ class ObjectStream:
                 raise obj.error(
                     f"asked for bytes [{start}, {stop}), got Content-Range {whole.content_range}"
                 )
-        return partial(_prefetch, engine, obj, stop=stop)
+        return partial(_prefetch, ctx, obj, stop=stop)
 
     def _check_start(self, size: int) -> None:
         if self._start > size:
@@ -240,7 +239,7 @@ async def _nothing(first: Response | None) -> AsyncGenerator[bytes]:
 
 
 async def _prefetch(
-    engine: Engine, obj: S3Object, first: Response | None, *, stop: int
+    ctx: Context, obj: S3Object, first: Response | None, *, stop: int
 ) -> AsyncGenerator[bytes]:
     """Yield the parts in order while up to ``stream_prefetch`` of them are fetched."""
     assert first is not None
@@ -249,9 +248,9 @@ async def _prefetch(
     try:
         assert first.content_range is not None
         size, etag = first.content_range.total, first.etag
-        ranges = plan_ranges(stop, engine.config.chunk_size, first.content_range.end)
+        ranges = plan_ranges(stop, ctx.config.chunk_size, first.content_range.end)
         opening = _launch(
-            engine,
+            ctx,
             obj,
             etag=etag,
             size=size,
@@ -262,13 +261,13 @@ async def _prefetch(
         window.append(opening)
         opened = None  # its task owns it now
         while window:
-            while len(window) < engine.config.stream_prefetch:
+            while len(window) < ctx.config.stream_prefetch:
                 byte_range = next(ranges, None)
                 if byte_range is None:
                     break
                 window.append(
                     _launch(
-                        engine,
+                        ctx,
                         obj,
                         etag=etag,
                         size=size,
@@ -293,7 +292,7 @@ async def _prefetch(
 
 
 def _launch(
-    engine: Engine,
+    ctx: Context,
     obj: S3Object,
     *,
     etag: str | None,
@@ -306,8 +305,8 @@ def _launch(
 
     async def run() -> None:
         try:
-            await engine.fetch_into(
-                sink, obj, etag=etag, size=size, start=start, end=end, response=response
+            await fetch_into(
+                ctx, sink, obj, etag=etag, size=size, start=start, end=end, response=response
             )
         except BaseException as exc:
             sink.queue.put_nowait(exc if isinstance(exc, Exception) else asyncio.CancelledError())

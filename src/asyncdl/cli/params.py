@@ -15,8 +15,8 @@ from urllib.parse import urlsplit
 
 import click
 
-from .errors import InvalidRequestError
-from .request_args import check_bucket_and_key
+from ..errors import InvalidRequestError
+from ..request_args import check_bucket_and_key
 
 _T = TypeVar("_T")
 

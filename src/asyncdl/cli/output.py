@@ -26,7 +26,7 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
-from .results import DownloadResult
+from ..results import DownloadResult
 
 
 def result_json(result: DownloadResult) -> dict[str, Any]:

@@ -1,0 +1,30 @@
+"""The ``asyncdl`` command: ``cp``, ``cp --recursive``, ``cat`` and ``demo``.
+
+Exit status: 0 when every object was downloaded, 1 when any failed (one
+``error: s3://bucket/key: ...`` line each, then ``N of M objects failed``), 2 for a
+usage error (one line; nothing sent, nothing on disk), 130 on Ctrl-C, 143 on
+SIGTERM and 129 on SIGHUP (the running downloads are cancelled and their temp files
+removed first; a signal inherited as ignored, as under ``nohup``, stays ignored; see
+``interrupts``). Tracebacks only with ``--debug``. Needs the ``cli`` extra:
+``pip install 'asyncdl[cli]'``.
+
+``app`` holds the group and the options every command shares, ``commands`` the
+commands, ``work`` what they run, ``params`` what the arguments accept and
+``output`` what is printed.
+"""
+
+from __future__ import annotations
+
+try:
+    import click  # noqa: F401 - checked here so a missing extra fails with one clear line
+    import rich  # noqa: F401
+except ModuleNotFoundError as missing:  # pragma: no cover - depends on the install
+    raise SystemExit(
+        f"asyncdl: the command line needs the 'cli' extra ({missing.name} is not installed): "
+        "pip install 'asyncdl[cli]'"
+    ) from None
+
+from . import commands as _commands  # noqa: F401 - registers the commands with the group
+from .app import INTERRUPTED, cli, main
+
+__all__ = ["INTERRUPTED", "cli", "main"]

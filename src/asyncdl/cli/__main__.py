@@ -1,0 +1,5 @@
+"""``python -m asyncdl.cli``: the ``asyncdl`` command."""
+
+from . import main
+
+main()

@@ -1,0 +1,151 @@
+"""The ``asyncdl`` group: exit statuses, one-line usage errors, and the options every
+downloading command shares."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import click
+
+from .. import __version__
+from ..config import MAX_CHUNK_SIZE, MIN_CHUNK_SIZE, TransferConfig
+from .params import converter, parse_endpoint_url, parse_size
+
+#: Exit status after Ctrl-C, as shells report a process ended by SIGINT.
+INTERRUPTED = 130
+
+_Command = TypeVar("_Command", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    config: TransferConfig
+    endpoint_url: str | None
+    quiet: bool
+    debug: bool
+
+
+class _Cli(click.Group):
+    """click's group, with asyncdl's exit statuses and one-line usage errors."""
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
+        # click's standalone mode prints usage errors as three lines with the usage
+        # synopsis and turns Ctrl-C into status 1; run it non-standalone and decide here.
+        try:
+            status = super().main(
+                args,
+                prog_name,
+                complete_var,
+                standalone_mode=False,
+                windows_expand_args=windows_expand_args,
+                **extra,
+            )
+        except click.exceptions.NoArgsIsHelpError as exc:
+            exc.show()
+            status = exc.exit_code
+        except click.UsageError as exc:
+            hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
+            click.echo(f"error: {exc.format_message()}{hint}", err=True)
+            status = exc.exit_code
+        except click.ClickException as exc:
+            exc.show()
+            status = exc.exit_code
+        except click.Abort:  # Ctrl-C outside a download (while parsing, say)
+            status = INTERRUPTED
+        if not standalone_mode:
+            return status
+        sys.exit(status if isinstance(status, int) else 0)
+
+
+@click.group(cls=_Cli, name="asyncdl")
+@click.version_option(version=__version__, prog_name="asyncdl")
+def cli() -> None:
+    """Download objects from S3 and S3-compatible stores.
+
+    Credentials, region and endpoint come from the standard AWS environment and
+    config files (AWS_ENDPOINT_URL_S3, AWS_PROFILE, ...); --endpoint-url overrides
+    the endpoint.
+
+    Exit status: 0 success, 1 some object failed, 2 usage error, 130 Ctrl-C,
+    143 SIGTERM (both cancel the downloads and remove their temp files first).
+    """
+
+
+def _chunk_size(ctx: click.Context, param: click.Parameter, value: str) -> int:
+    size = converter(parse_size)(ctx, param, value)
+    assert size is not None  # the option has a default
+    if not MIN_CHUNK_SIZE <= size <= MAX_CHUNK_SIZE:
+        raise click.BadParameter(
+            f"must be between 64KiB and 5GiB, got {size} bytes", ctx=ctx, param=param
+        )
+    return size
+
+
+def transfer_options(command: _Command) -> _Command:
+    """The options every downloading command takes."""
+    defaults = TransferConfig()
+    options = [
+        click.option(
+            "--concurrency",
+            type=click.IntRange(1, 10_000),
+            default=defaults.max_concurrency,
+            show_default=True,
+            help="S3 requests in flight at most, all objects together.",
+        ),
+        click.option(
+            "--chunk-size",
+            metavar="SIZE",
+            default="8MiB",
+            show_default=True,
+            callback=_chunk_size,
+            help="Bytes per ranged GET: a number, or with a unit (64KiB, 8MiB, 1GB).",
+        ),
+        click.option(
+            "--endpoint-url",
+            metavar="URL",
+            default=None,
+            callback=converter(parse_endpoint_url),
+            help="S3 endpoint (MinIO, moto, ...); default: the AWS environment's.",
+        ),
+        click.option(
+            "-q", "--quiet", is_flag=True, help="No progress bar and no 'download:' lines."
+        ),
+        click.option("--debug", is_flag=True, help="Tracebacks for errors; log retries."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """The console script ``asyncdl``; ``argv`` defaults to ``sys.argv[1:]``."""
+    cli.main(args=argv, prog_name="asyncdl")
+
+
+def make_settings(
+    *,
+    concurrency: int,
+    chunk_size: int,
+    validate: str,
+    endpoint_url: str | None,
+    quiet: bool,
+    debug: bool,
+) -> Settings:
+    try:
+        config = TransferConfig(
+            chunk_size=chunk_size, max_concurrency=concurrency, validate=validate
+        )
+    except ValueError as exc:  # the options' own checks should have caught it
+        raise click.UsageError(str(exc)) from None
+    return Settings(config, endpoint_url, quiet, debug)

@@ -1,0 +1,186 @@
+"""The commands: ``cp`` (one object, or ``--recursive`` a prefix), ``cat`` and ``demo``;
+each parses its arguments into settings and hands on to ``work``."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path, PurePosixPath
+
+import click
+
+from .app import cli, make_settings, transfer_options
+from .output import Output
+from .params import S3Url, converter, parse_s3_url
+from .work import cat_object, copy_one, copy_prefix, run
+
+_s3_url = converter(parse_s3_url)
+
+
+@cli.command()
+@click.argument("source", metavar="S3_URL", callback=_s3_url)
+@click.argument("dest")
+@click.option(
+    "-r",
+    "--recursive",
+    is_flag=True,
+    help="Copy every object under the S3_URL prefix into the directory DEST.",
+)
+@click.option(
+    "--strategy",
+    type=click.Choice(["auto", "get-first", "head-first"]),
+    default="auto",
+    show_default=True,
+    help="How an object is discovered: a ranged GET first, or a HEAD first.",
+)
+@click.option(
+    "--validate",
+    type=click.Choice(["when_available", "required", "off"]),
+    default="when_available",
+    show_default=True,
+    help="Check S3's checksums when responses carry them, always (fail if not), or never.",
+)
+@click.option(
+    "--json",
+    "json_lines",
+    is_flag=True,
+    help="Print one JSON object per object to stdout (JSON Lines) instead of text.",
+)
+@transfer_options
+@click.pass_context
+def cp(
+    ctx: click.Context,
+    *,
+    source: S3Url,
+    dest: str,
+    recursive: bool,
+    strategy: str,
+    validate: str,
+    json_lines: bool,
+    concurrency: int,
+    chunk_size: int,
+    endpoint_url: str | None,
+    quiet: bool,
+    debug: bool,
+) -> int:
+    """Copy an object, or with --recursive every object under a prefix, to files.
+
+    \b
+      asyncdl cp s3://BUCKET/KEY FILE     the object to FILE
+      asyncdl cp s3://BUCKET/KEY DIR/     to DIR/<the key's last segment>
+      asyncdl cp s3://BUCKET/KEY -        to stdout, as asyncdl cat
+      asyncdl cp -r s3://BUCKET/PREFIX DIR
+                                          every object under PREFIX/ to DIR/<rest of key>
+
+    A file is replaced atomically, only once every byte is in; on failure it is
+    left as it was. A recursive copy creates DIR (in an existing directory).
+    """
+    settings = make_settings(
+        concurrency=concurrency,
+        chunk_size=chunk_size,
+        validate=validate,
+        endpoint_url=endpoint_url,
+        quiet=quiet,
+        debug=debug,
+    )
+    if dest == "-":
+        if recursive:
+            raise click.UsageError("--recursive cannot write to stdout ('-')", ctx=ctx)
+        for name, flag in (("strategy", "--strategy"), ("validate", "--validate")):
+            if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT:
+                raise click.UsageError(f"{flag} does not apply to stdout ('-')", ctx=ctx)
+        if json_lines:
+            raise click.UsageError("--json cannot share stdout ('-') with the object", ctx=ctx)
+        return cat_object(settings, source)
+    if recursive:
+        root = _dest_dir(dest, ctx)
+        # "s3://b/logs" means the folder logs/, as "cp -r logs" would: without the
+        # slash the prefix would also match logs2/ and land it as DEST/2/... .
+        prefix = source.key if not source.key or source.key.endswith("/") else source.key + "/"
+        output = Output(objects=None, quiet=quiet, json_lines=json_lines, debug=debug)
+        with output:
+            complete = run(
+                copy_prefix(
+                    settings, source.bucket, prefix, root, strategy=strategy, output=output
+                ),
+                debug,
+            )
+        if output.done == 0 and complete:
+            output.note(f"no objects under s3://{source.bucket}/{prefix}")
+        return output.summary(complete=complete)
+    target = _dest_file(source, dest, ctx)
+    output = Output(objects=1, quiet=quiet, json_lines=json_lines, debug=debug)
+    with output:
+        run(copy_one(settings, source, target, strategy, output), debug)
+    return output.summary()
+
+
+@cli.command()
+@click.argument("source", metavar="S3_URL", callback=_s3_url)
+@transfer_options
+def cat(
+    *,
+    source: S3Url,
+    concurrency: int,
+    chunk_size: int,
+    endpoint_url: str | None,
+    quiet: bool,
+    debug: bool,
+) -> int:
+    """Write the object s3://BUCKET/KEY to stdout.
+
+    Parts are fetched in parallel, a few ahead of what stdout has taken. The bytes
+    are not checked against S3's checksum (use cp for that); a download that fails
+    midway exits 1 after the bytes already written.
+    """
+    settings = make_settings(
+        concurrency=concurrency,
+        chunk_size=chunk_size,
+        validate="off",
+        endpoint_url=endpoint_url,
+        quiet=quiet,
+        debug=debug,
+    )
+    return cat_object(settings, source)
+
+
+@cli.command(
+    context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+    add_help_option=False,
+)
+@click.pass_context
+def demo(ctx: click.Context) -> int:
+    """The main job: an embedded moto S3, a sample set, both strategies, one table.
+
+    Options: asyncdl demo --help. Needs the 'demo' extra (moto).
+    """
+    from .. import demo as demo_job  # noqa: PLC0415 - moto is needed by this command only
+
+    demo_job.main(ctx.args)  # exits 130 itself on Ctrl-C (143 on SIGTERM), 2 on a bad option
+    return 0
+
+
+def _dest_file(source: S3Url, dest: str, ctx: click.Context) -> Path:
+    """Where one object goes: DEST, or DEST/<the key's last segment> if DEST is a
+    directory (or ends with a separator, which says it must be one)."""
+    if not source.key:
+        raise click.UsageError(f"{source} names no object; use --recursive for a prefix", ctx=ctx)
+    if source.key.endswith("/"):
+        raise click.UsageError(f"{source} names a folder; use --recursive for it", ctx=ctx)
+    target = Path(dest)
+    if dest.endswith(("/", os.sep)) or target.is_dir():
+        if not target.is_dir():
+            raise click.UsageError(f"directory {dest!r} does not exist", ctx=ctx)
+        target /= PurePosixPath(source.key).name
+    # The engine checks the rest (writable, not a directory) before it sends anything.
+    return target
+
+
+def _dest_dir(dest: str, ctx: click.Context) -> Path:
+    """A recursive copy's DEST: a directory, or one that can be made in an existing one
+    (it is created when the first object is listed, so a failed listing leaves nothing)."""
+    root = Path(dest)
+    if root.exists() and not root.is_dir():
+        raise click.UsageError(f"{dest!r} is not a directory", ctx=ctx)
+    if not root.exists() and not root.absolute().parent.is_dir():
+        raise click.UsageError(f"directory {str(root.absolute().parent)!r} does not exist", ctx=ctx)
+    return root

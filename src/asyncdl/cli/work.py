@@ -1,0 +1,165 @@
+"""What the commands run once their arguments are parsed: an engine on a fresh event
+loop, a copy of one object or a prefix, an object streamed to stdout; and how a run
+that a signal stopped, or that failed outside any one object, ends."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import sys
+from collections.abc import AsyncIterator, Coroutine
+from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from .. import interrupts
+from ..bulk import failed
+from ..clients import create_default_client
+from ..engine import Engine
+from ..errors import DownloadError, InvalidRequestError
+from .app import Settings
+from .output import Output, print_error
+from .params import S3Url
+
+
+@asynccontextmanager
+async def _open_engine(settings: Settings) -> AsyncIterator[Engine]:
+    async with AsyncExitStack() as stack:
+        client = await create_default_client(
+            stack, settings.config, endpoint_url=settings.endpoint_url
+        )
+        yield await stack.enter_async_context(Engine(client, config=settings.config))
+
+
+async def copy_one(
+    settings: Settings, source: S3Url, target: Path, strategy: str, output: Output
+) -> None:
+    async with _open_engine(settings) as engine:
+        try:
+            result = await engine.download(
+                source.bucket, source.key, target, strategy=strategy, progress=output.progress
+            )
+        except InvalidRequestError:
+            raise  # bad input: a usage error, not a failed object
+        except DownloadError as error:
+            result = failed(source.bucket, source.key, target, error, strategy)
+    output.finished(result)
+
+
+async def copy_prefix(
+    settings: Settings, bucket: str, prefix: str, root: Path, *, strategy: str, output: Output
+) -> bool:
+    """Download the prefix; False if the listing failed before it finished."""
+    async with _open_engine(settings) as engine:
+        results = engine.download_prefix(
+            bucket, prefix, root, strategy=strategy, progress=output.progress
+        )
+        try:
+            async with contextlib.aclosing(results):
+                async for result in results:
+                    output.finished(result)
+        except DownloadError as error:  # the listing itself failed
+            output.error(error)
+            return False
+    return True
+
+
+def cat_object(settings: Settings, source: S3Url) -> int:
+    if not source.key:
+        raise click.UsageError(f"{source} names no object")
+    stdout = sys.stdout.buffer
+    # No bar when stdout is the terminal: the object's bytes and the bar would mix.
+    output = Output(
+        objects=1,
+        quiet=settings.quiet,
+        debug=settings.debug,
+        bar=not settings.quiet and sys.stderr.isatty() and not stdout.isatty(),
+    )
+    with output:
+        done = run(_stream_to(settings, source, stdout, output), settings.debug)
+    if not done:  # the reader went away (``| head``): nothing more to say
+        return 1
+    return output.summary()
+
+
+async def _stream_to(settings: Settings, source: S3Url, sink: Any, output: Output) -> bool:
+    """Copy the object into ``sink``; False if the sink's reader went away."""
+    async with _open_engine(settings) as engine:
+        stream = engine.stream(source.bucket, source.key, progress=output.progress)
+        try:
+            async with contextlib.aclosing(stream):
+                async for piece in stream:
+                    # In a thread: a slow reader of the pipe must not block the loop
+                    # (and with it the parts still arriving).
+                    await asyncio.to_thread(sink.write, piece)
+            await asyncio.to_thread(sink.flush)
+        except InvalidRequestError:
+            raise
+        except DownloadError as error:
+            output.count(error)
+            return True
+        except BrokenPipeError:
+            _silence_stdout()
+            return False
+    output.count(None)
+    return True
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's flush at exit does not fail on
+    the closed pipe with a second error."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass  # not a real file (a test's capture): nothing will flush into a pipe
+
+
+_Result = TypeVar("_Result")
+
+
+def run(work: Coroutine[Any, Any, _Result], debug: bool) -> _Result:
+    """Run ``work`` on a fresh event loop.
+
+    On Ctrl-C, SIGTERM or SIGHUP, ``work`` is cancelled and waited for: every
+    download in flight is cancelled, its temp file removed and the client closed;
+    then the command exits with 128 + the signal's number (130, 143, 129).
+    """
+    logger = logging.getLogger("asyncdl")
+    level = logger.level
+    handler = _debug_logging(logger) if debug else None
+    try:
+        return interrupts.run(work)
+    except interrupts.Stopped as stop:
+        raise click.exceptions.Exit(stop.exit_status) from None
+    except InvalidRequestError as exc:
+        raise click.UsageError(str(exc)) from None
+    except DownloadError as exc:  # a failure outside any one object (opening the client)
+        print_error(exc, debug=debug)
+        raise click.exceptions.Exit(1) from None
+    except Exception as exc:
+        if debug:
+            raise
+        click.echo(
+            f"error: unexpected {type(exc).__name__}: {exc} (--debug shows the traceback)",
+            err=True,
+        )
+        raise click.exceptions.Exit(1) from None
+    finally:
+        if handler is not None:
+            logger.removeHandler(handler)
+            logger.setLevel(level)
+
+
+def _debug_logging(logger: logging.Logger) -> logging.Handler:
+    """asyncdl's retries and other INFO lines on stderr, for this command only."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    return handler

@@ -1,0 +1,46 @@
+"""What every download of one engine shares: the client, the config, the request budget,
+the lean GET sender, and what the engine has learnt of its server.
+
+The engine creates one when it opens; one object's transfer, the part fetchers, bulk
+downloads and streams take it instead of the engine, so nothing below the engine
+reaches back up to it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from .config import TransferConfig
+from .request_args import ExtraArgs
+from .s3_source import S3Object
+from .signed_get import SignedGets
+
+
+@dataclass(slots=True, eq=False)
+class Context:
+    """One open engine's resources."""
+
+    #: The aiobotocore S3 client (the engine's own, or a borrowed one).
+    client: Any
+    config: TransferConfig
+    #: The budget of requests in flight, shared by every download of the engine.
+    budget: asyncio.Semaphore
+    #: The lean GET path, or ``None`` (``lean_get=False``, or a client it cannot serve).
+    signed: SignedGets | None
+    #: Whether the server answers PartNumber GETs part by part (``None``: not asked
+    #: yet). One engine talks to one endpoint, so asking once is enough.
+    part_gets: bool | None = None
+
+    def s3_object(self, bucket: str, key: str, extra_args: ExtraArgs) -> S3Object:
+        """The requests of one object through this client and budget."""
+        return S3Object(
+            self.client,
+            self.budget,
+            bucket,
+            key,
+            extra_args,
+            signed=self.signed,
+            checksum_mode=self.config.validate != "off",
+        )

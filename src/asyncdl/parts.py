@@ -1,0 +1,384 @@
+"""Fetching one object's byte ranges or upload parts into a sink: retries that resume,
+bodies drained in bounded writes, the PartNumber probe. Used by a download (the sink
+is its temp file) and by a stream (one queue per part).
+
+Every request takes a slot of the engine's budget while it is in flight (see
+``s3_source``); a fan-out bounds its own part tasks with a window of the same size,
+and never holds a slot while it waits for one, so a download cannot deadlock itself
+whatever the concurrency.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .context import Context
+from .errors import ChecksumError, ObjectChangedError, RetryableError, translate
+from .progress import Reporter
+from .ranges import ByteRange, plan_ranges
+from .retry import after_failure
+from .s3_source import Response, S3Object
+from .verify import Verifier
+
+NO_PART_GETS = (
+    "the server answers a PartNumber GET with the whole object, not the upload part, "
+    "so the object's COMPOSITE checksum (one per upload part) cannot be checked"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Fetch:
+    """What every part of one object's fetch shares."""
+
+    ctx: Context
+    obj: S3Object
+    #: The temp file, or any sink with ``async write(offset, data)`` (a stream's).
+    sink: Any
+    etag: str | None
+    size: int
+    verifier: Verifier
+    progress: Reporter
+    #: Whether bytes written can be taken back (a file can be rewritten; a stream's
+    #: bytes are gone to the reader): an unpinned part (no ETag) is then started over
+    #: after a failure, else the failure ends it.
+    rewritable: bool = True
+
+
+@dataclass(slots=True)
+class Part:
+    """A byte range still to be written; ``pos`` advances as bytes reach the sink,
+    ``crc`` (when the download verifies a CRC) over ``[start, pos)``."""
+
+    start: int
+    end: int
+    pos: int = -1
+    crc: int = 0
+    #: The CRC this part feeds, fixed before its first byte (``None``: computed later
+    #: from the file if a CRC checksum turns up).
+    crc_fn: Callable[[bytes, int], int] | None = None
+
+    def __post_init__(self) -> None:
+        if self.pos < 0:
+            self.pos = self.start
+
+
+async def fetch_into(
+    ctx: Context,
+    sink: Any,
+    obj: S3Object,
+    *,
+    etag: str | None,
+    size: int,
+    start: int,
+    end: int,
+    response: Response | None,
+) -> None:
+    """Fetch bytes ``[start, end)`` into ``sink`` (anything with ``write(offset, data)``,
+    each byte once), with the same retries and resumption as a download's parts;
+    without an ETag to pin a resumed range to, a failure ends it."""
+    fetch = Fetch(ctx, obj, sink, etag, size, Verifier("off", None), Reporter(None), False)
+    await fetch_part(fetch, Part(start, end), response)
+
+
+async def fetch_ranges(fetch: Fetch, first: Response | None, first_end: int, offset: int) -> None:
+    """Fetch a multi-part object: the open first response (bytes ``[0, first_end)``),
+    then the rest in parallel (from ``offset``: bytes before it are already written)."""
+    config = fetch.ctx.config
+    crc = fetch.verifier.crc
+    # Bounds this download's part tasks; the shared budget is taken per request.
+    window = asyncio.Semaphore(config.max_concurrency)
+    try:
+        async with asyncio.TaskGroup() as tasks:
+            if first is not None:
+                await window.acquire()
+                tasks.create_task(_run(fetch, Part(0, first_end, crc_fn=crc), first, window))
+                first = None  # the task owns it now
+                offset = first_end
+            for byte_range in plan_ranges(fetch.size, config.chunk_size, offset):
+                await window.acquire()
+                part = Part(byte_range.start, byte_range.end, crc_fn=crc)
+                tasks.create_task(_run(fetch, part, None, window))
+    finally:
+        if first is not None:
+            first.close()
+
+
+async def _run(
+    fetch: Fetch, part: Part, response: Response | None, window: asyncio.Semaphore
+) -> None:
+    try:
+        await fetch_part(fetch, part, response)
+    finally:
+        window.release()
+
+
+async def fetch_by_part_number(fetch: Fetch, written: int) -> bool:
+    """Fetch every upload part with ``PartNumber`` GETs, in parallel; ``False`` (and
+    nothing written) when the server does not answer them part by part."""
+    ctx, verifier = fetch.ctx, fetch.verifier
+    if ctx.part_gets is False:
+        verifier.parts_reason = NO_PART_GETS
+        return False
+    first = await _request_numbered(fetch, 1, probe=True)
+    if first is None:
+        ctx.part_gets = False
+        verifier.parts_reason = NO_PART_GETS
+        return False
+    ctx.part_gets = True
+    # Bytes written before the parts were known are fetched again with part 1.
+    await fetch.progress.add(-written)
+    verifier.start_parts()
+    count = first.parts_count or 1
+    window = asyncio.Semaphore(ctx.config.max_concurrency)
+    try:
+        async with asyncio.TaskGroup() as tasks:
+            await window.acquire()
+            tasks.create_task(_run_numbered(fetch, 1, first, window))
+            first = None  # the task owns it now
+            for number in range(2, count + 1):
+                await window.acquire()
+                tasks.create_task(_run_numbered(fetch, number, None, window))
+    finally:
+        if first is not None:
+            first.close()
+    return True
+
+
+async def _request_numbered(fetch: Fetch, number: int, *, probe: bool = False) -> Response | None:
+    """GET upload part ``number``, with retries; on a ``probe``, ``None`` when the
+    server answers with anything but that part."""
+    obj, expected = fetch.obj, fetch.verifier.expected
+    assert expected is not None
+    failures = 0
+    while True:
+        try:
+            response = await obj.get_part(number, if_match=fetch.etag)
+        except Exception as exc:
+            failures = await _after_failure(fetch, exc, failures, f"upload part {number}")
+            continue
+        content_range, count = response.content_range, response.parts_count
+        if response.status == 206 and content_range is not None and count is not None:
+            break
+        response.close()
+        if probe:
+            return None
+        raise obj.error(
+            f"upload part {number}: expected the part, got HTTP {response.status} "
+            f"with Content-Range {content_range} and parts count {count}"
+        )
+    if content_range.total != fetch.size:
+        response.close()
+        raise obj.error(
+            f"object size changed from {fetch.size} to {content_range.total}",
+            ObjectChangedError,
+        )
+    if expected.parts and count != expected.parts:
+        response.close()
+        raise ChecksumError(
+            f"the object has {count} upload parts; its COMPOSITE checksum {expected} "
+            f"says {expected.parts}",
+            bucket=obj.bucket,
+            key=obj.key,
+            mismatch=False,
+        )
+    return response
+
+
+async def _run_numbered(
+    fetch: Fetch, number: int, response: Response | None, window: asyncio.Semaphore
+) -> None:
+    try:
+        if response is None:
+            response = await _request_numbered(fetch, number)
+            assert response is not None
+        content_range = response.content_range
+        assert content_range is not None
+        fetch.verifier.note_part(
+            number, content_range.start, content_range.end, response.part_checksum
+        )
+        part = Part(content_range.start, content_range.end, crc_fn=fetch.verifier.crc)
+        opened, response = response, None
+        # A retry of a cut part resumes with a pinned Range GET: its bounds are known.
+        await fetch_part(fetch, part, opened)
+    finally:
+        if response is not None:
+            response.close()
+        window.release()
+
+
+async def fetch_part(fetch: Fetch, part: Part, response: Response | None) -> None:
+    """Fetch ``part`` (from ``response`` when one is open for it); a retry resumes from
+    the last byte written.
+
+    Attempts count failures in a row: an attempt that moved a fair share of the part
+    (``_earns_a_reset``) starts the count again, so a long transfer survives occasional
+    cuts, while a link that cuts every few bytes still runs out. Without an ETag
+    nothing pins a resumed range to the same version: a retry starts over.
+    """
+    whole = part.pos == 0 and part.end == fetch.size and response is None
+    pinned = fetch.etag is not None
+    failures = 0
+    mark = part.pos
+    while True:
+        try:
+            if response is None:
+                response = await _request_part(fetch, part, whole=whole)
+            if part.pos == 0 and part.end == fetch.size:
+                # A whole-object answer carries S3's checksum: known before the body.
+                fetch.verifier.adopt(response.checksum)
+                part.crc_fn = fetch.verifier.crc
+            await _drain(fetch, response, part)
+        except Exception as exc:
+            if not pinned and not fetch.rewritable and part.pos > part.start:
+                raise translate(exc, bucket=fetch.obj.bucket, key=fetch.obj.key) from exc
+            if pinned and part.pos - mark >= _earns_a_reset(part):
+                failures = 0
+            failures = await _after_failure(fetch, exc, failures, "a part")
+            if not pinned and part.pos > part.start:
+                await fetch.progress.add(part.start - part.pos)
+                part.pos, part.crc = part.start, 0
+            mark = part.pos
+        finally:
+            if response is not None:
+                response.close()
+                response = None
+        if part.pos >= part.end:
+            crc = part.crc if part.crc_fn is not None else None
+            fetch.verifier.add_part(part.start, part.end, crc)
+            return
+        # Until a byte is written, a retry asks for the whole object again (an empty
+        # object has no valid Range); after that it resumes with a range.
+        whole = whole and part.pos == 0
+
+
+async def _request_part(fetch: Fetch, part: Part, *, whole: bool) -> Response:
+    obj, etag, size = fetch.obj, fetch.etag, fetch.size
+    if whole:
+        response = await obj.get(None, if_match=etag)
+        if response.status != 200 or response.content_length != size:
+            response.close()
+            raise obj.error(
+                f"expected {size} bytes, got HTTP {response.status} with "
+                f"{response.content_length} bytes",
+                ObjectChangedError,
+            )
+        return response
+    response = await obj.get(ByteRange(part.pos, part.end), if_match=etag)
+    content_range = response.content_range
+    if (
+        response.status == 200
+        and content_range is None
+        and part.start == 0
+        and part.end == size
+        and response.content_length == size
+    ):
+        # A server that ignores Range answers a resumed whole-object part with the
+        # whole object again: _drain reads past the bytes already written.
+        return response
+    if (
+        response.status != 206
+        or content_range is None
+        or content_range.start != part.pos
+        or content_range.end > part.end
+        or content_range.total != size
+    ):
+        response.close()
+        if content_range is not None and content_range.total != size:
+            raise obj.error(
+                f"object size changed from {size} to {content_range.total}", ObjectChangedError
+            )
+        raise obj.error(
+            f"asked for bytes [{part.pos}, {part.end}), got HTTP {response.status} "
+            f"with Content-Range {content_range}"
+            + (
+                "; the server ignores Range (GET-first fetches such an object in one request)"
+                if response.status == 200
+                else ""
+            )
+        )
+    return response
+
+
+async def _read(fetch: Fetch, response: Response, size: int) -> bytes:
+    """Up to ``size`` bytes of the body; a stall is dropped (to be resumed), whatever
+    the client's own timeouts (a borrowed client may have none)."""
+    read_timeout = fetch.ctx.config.read_timeout
+    try:
+        async with asyncio.timeout(read_timeout):
+            chunk: bytes = await response.body.read(size)
+    except TimeoutError:
+        raise RetryableError(f"no bytes for {read_timeout:g}s") from None
+    return chunk
+
+
+async def _drain(fetch: Fetch, response: Response, part: Part) -> None:
+    """Stream ``response``'s body into the sink at ``part.pos``, in bounded writes."""
+    obj, sink = fetch.obj, fetch.sink
+    write_size = fetch.ctx.config.write_size
+    if response.content_range is not None:
+        body_start, limit = response.content_range.start, response.content_range.end
+    else:  # a whole-object answer
+        body_start, limit = 0, response.content_length
+    if limit > part.end:
+        raise obj.error(f"server sent bytes up to {limit}, past the expected end {part.end}")
+    skip = part.pos - body_start
+    while skip > 0:
+        # The whole object sent again: read past the bytes already on disk.
+        chunk = await _read(fetch, response, min(skip, write_size))
+        if not chunk:
+            raise RetryableError("the body ended before the bytes to resume from")
+        skip -= len(chunk)
+    pending: list[bytes] = []
+    pending_size = 0
+    crc = part.crc_fn
+    report = fetch.progress.add if fetch.progress.callback is not None else None
+
+    async def flush() -> None:
+        nonlocal pending_size
+        data = pending[0] if len(pending) == 1 else b"".join(pending)
+        if crc is None:
+            await sink.write(part.pos, data)
+        else:
+            part.crc = await sink.write_crc(part.pos, data, crc, part.crc)
+        if report is not None:
+            await report(len(data))
+        part.pos += len(data)
+        pending.clear()
+        pending_size = 0
+
+    try:
+        while chunk := await _read(fetch, response, write_size):
+            if part.pos + pending_size + len(chunk) > limit:
+                raise obj.error("server sent more bytes than it announced")
+            pending.append(chunk)
+            pending_size += len(chunk)
+            if pending_size >= write_size:
+                await flush()
+    except Exception:
+        # Bytes that arrived before a broken stream are good: keep them, so the retry
+        # resumes after them instead of fetching them again.
+        if pending:
+            await flush()
+        raise
+    if pending:
+        await flush()
+    if part.pos != limit:
+        # aiobotocore checks Content-Length at EOF; this guards a body without one.
+        raise obj.error(f"body ended at byte {part.pos}, expected {limit}")
+
+
+async def _after_failure(fetch: Fetch, exc: Exception, failures: int, what: str) -> int:
+    obj = fetch.obj
+    return await after_failure(
+        fetch.ctx.config, exc, failures, bucket=obj.bucket, key=obj.key, what=what
+    )
+
+
+def _earns_a_reset(part: Part) -> int:
+    """Bytes an attempt must move for the part's failure count to start again: a
+    quarter of the part, at most 1 MiB, so every reset is paid for with real progress
+    and a part can be reset only a bounded number of times."""
+    return max(1, min(1024 * 1024, (part.end - part.start) // 4))

@@ -1,0 +1,364 @@
+"""One object's download, top to bottom: check the request, discover size and ETag,
+plan the fetch, fetch into the temp file, verify, publish.
+
+:func:`check` refuses bad input before anything is sent or written; :func:`run`
+does the rest. Discovery is the strategy's first request (with retries), plus the
+checksum HEAD when ``validate="required"`` needs one that the GETs will not carry.
+The plan: one response holds the whole object (the first answer, or one plain
+GET), or the rest is fetched by byte ranges, or along the upload's parts when only
+those can check a COMPOSITE checksum (see ``parts``). After a checksum mismatch
+there is one fresh attempt at most, pinned to the same ETag. Publishing comes
+last, outside the timeout, and once started it is not interrupted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .checksums import ExpectedChecksum, parse_checksum
+from .config import finite, is_int_at_least
+from .context import Context
+from .errors import ChecksumError, InvalidRequestError, translate
+from .parts import Fetch, Part, fetch_by_part_number, fetch_part, fetch_ranges
+from .progress import ProgressCallback, Reporter
+from .request_args import ExtraArgs, check_bucket_and_key, check_extra_args, check_target_off_loop
+from .results import DownloadResult
+from .retry import after_failure, logger
+from .s3_source import ObjectMeta, Response, S3Object, normalize_etag
+from .strategies import Discovery, Strategy, resolve_strategy
+from .verify import Verification, Verifier
+from .writer import TempFile
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A download as asked, every part of it checked."""
+
+    bucket: str
+    key: str
+    target: Path
+    strategy: Strategy
+    extra_args: ExtraArgs
+    #: What the caller (a listing, say) knows of the object.
+    size: int | None
+    etag: str | None
+    expected: ExpectedChecksum | None
+    timeout: float | None
+
+
+async def check(
+    ctx: Context,
+    bucket: str,
+    key: str,
+    path: str | os.PathLike[str],
+    *,
+    strategy: str | Strategy,
+    extra_args: ExtraArgs | None,
+    size: int | None,
+    etag: str | None,
+    timeout: float | None,
+    checksum: str | None,
+) -> Job:
+    """The download as a :class:`Job`, or ``InvalidRequestError``: nothing is sent and
+    nothing touched on disk before every argument is known good."""
+    check_bucket_and_key(bucket, key)
+    where = {"bucket": bucket, "key": key}
+    args = check_extra_args(extra_args, **where)
+    target: Path = await check_target_off_loop(path, **where)
+    if size is not None and not is_int_at_least(size, 0):
+        raise InvalidRequestError(f"size must be an int >= 0, got {size!r}", **where)
+    if etag is not None:
+        if not isinstance(etag, str) or not etag:
+            raise InvalidRequestError(f"etag must be a non-empty string, got {etag!r}", **where)
+        etag = normalize_etag(etag)
+    try:
+        chosen = resolve_strategy(strategy, ctx.client)
+    except ValueError as exc:
+        raise InvalidRequestError(str(exc), **where) from None
+    if timeout is not None and (not finite(timeout) or timeout <= 0):
+        raise InvalidRequestError(
+            f"timeout must be a number of seconds > 0, got {timeout!r}", **where
+        )
+    expected = None
+    if checksum is not None:
+        try:
+            expected = parse_checksum(checksum)
+        except (ValueError, AttributeError) as exc:
+            raise InvalidRequestError(str(exc), **where) from None
+    return Job(bucket, key, target, chosen, args, size, etag, expected, timeout)
+
+
+async def run(ctx: Context, job: Job, progress: ProgressCallback | None) -> DownloadResult:
+    """Download ``job`` and publish it; on failure the target is left as it was."""
+    obj = ctx.s3_object(job.bucket, job.key, job.extra_args)
+    reporter = Reporter(progress)
+    deadline = asyncio.timeout(job.timeout)
+    temp: TempFile | None = None
+    try:
+        async with deadline:
+            discovery, verification, temp = await _fetch_verified(ctx, obj, job, reporter)
+        # Every byte is in and checked: publishing is the last step, outside the
+        # timeout, and once started it completes even if the task is cancelled (a
+        # cancellation then propagates with the target already replaced).
+        await temp.commit()
+    except Exception as exc:
+        if temp is not None:
+            temp.discard()
+        await reporter.rewind()  # nothing of it was kept
+        if isinstance(exc, TimeoutError) and deadline.expired():
+            error = obj.error(f"did not finish within {job.timeout:g}s")
+        else:
+            error = translate(exc, bucket=job.bucket, key=job.key)
+        if temp is not None and temp.published:
+            # Only the fsync of the directory after the rename can fail so late.
+            error = obj.error(f"{str(job.target)!r} was replaced, but then: {error.message}")
+        error.requests = obj.requests
+        if error is exc:
+            raise
+        raise error from exc
+    except BaseException:
+        if temp is not None:
+            temp.discard()  # a no-op once the commit began
+        raise
+    return DownloadResult(
+        bucket=job.bucket,
+        key=job.key,
+        path=job.target,
+        size=discovery.size,
+        etag=discovery.etag,
+        strategy=job.strategy.name,
+        requests=obj.requests,
+        checksum=verification.checksum,
+        verified=verification.verified,
+        unverified_reason=verification.reason,
+    )
+
+
+async def _fetch_verified(
+    ctx: Context, obj: S3Object, job: Job, progress: Reporter
+) -> tuple[Discovery, Verification, TempFile]:
+    """Discover and fetch into a verified temp file, not yet published; after a
+    checksum mismatch, one fresh attempt at most, pinned to the same ETag (a mismatch
+    is not retried blindly)."""
+    policy = ctx.config.validate
+    discovery = await _discover(ctx, obj, job)
+    # No await from here until _fetch holds the open first answer and the checksum HEAD
+    # under its cleanup: a cancellation in between would leak them.
+    verifier = Verifier(policy, job.expected or discovery.checksum)
+    verifier.pending, discovery.checksum_head = discovery.checksum_head, None
+    progress.total = discovery.size
+    try:
+        fetched = await _fetch(
+            ctx, obj, discovery, target=job.target, verifier=verifier, progress=progress
+        )
+        return discovery, *fetched
+    except ChecksumError as exc:
+        if not exc.mismatch or discovery.etag is None or policy == "off":
+            raise
+        logger.info(
+            "checksum mismatch on s3://%s/%s; one fresh attempt at ETag %s: %s",
+            obj.bucket,
+            obj.key,
+            discovery.etag,
+            exc.message,
+        )
+    await progress.rewind()  # the fresh attempt fetches every byte again
+    fresh = Discovery(size=discovery.size, etag=discovery.etag)
+    verifier = Verifier(policy, verifier.expected)
+    fetched = await _fetch(ctx, obj, fresh, target=job.target, verifier=verifier, progress=progress)
+    return fresh, *fetched
+
+
+async def _discover(ctx: Context, obj: S3Object, job: Job) -> Discovery:
+    """Size and ETag (from the caller, or the strategy's first request), and the
+    checksum HEAD when the policy needs one that the GETs will not carry.
+
+    The HEAD goes out alongside the first GET, so latency stays one round trip, and
+    nothing waits for it until every part is written: a part holding a slot of the
+    budget while it waited for the HEAD's slot could deadlock the engine. The open
+    first answer and the HEAD are handed on unawaited (the caller releases both).
+    """
+    head = None
+    if _needs_checksum_head(ctx, job):
+        head = asyncio.create_task(_head_with_retries(ctx, obj, job.etag))
+    if job.size is not None and job.etag is not None:
+        return Discovery(size=job.size, etag=job.etag, checksum_head=head)
+    try:
+        discovery = await _discover_with_retries(ctx, obj, job)
+    except BaseException:
+        if head is not None:
+            await _reap(head)
+        raise
+    discovery.checksum_head = head
+    return discovery
+
+
+def _needs_checksum_head(ctx: Context, job: Job) -> bool:
+    """Only ``validate="required"`` sends a request just for S3's checksum: when it is
+    not known already and the GETs may not carry it (ranged GETs carry none)."""
+    if ctx.config.validate != "required" or job.expected is not None:
+        return False
+    if job.size is not None and job.etag is not None:
+        # Listed: one plain GET carries the checksum, unless the object takes several
+        # requests, or is multipart (a COMPOSITE checksum is checked along its parts).
+        return job.size > ctx.config.chunk_size or _multipart(job.etag)
+    # HEAD-first's own HEAD asks for the checksum.
+    return job.strategy.name == "get-first"
+
+
+async def _discover_with_retries(ctx: Context, obj: S3Object, job: Job) -> Discovery:
+    chunk_size, failures = ctx.config.chunk_size, 0
+    while True:
+        try:
+            return await job.strategy.discover(
+                obj, chunk_size=chunk_size, size=job.size, etag=job.etag
+            )
+        except Exception as exc:
+            failures = await _after_failure(ctx, obj, exc, failures, "discovery")
+
+
+async def _head_with_retries(ctx: Context, obj: S3Object, etag: str | None) -> ObjectMeta:
+    failures = 0
+    while True:
+        try:
+            return await obj.head(if_match=etag)
+        except Exception as exc:
+            failures = await _after_failure(ctx, obj, exc, failures, "the checksum HEAD")
+
+
+async def _fetch(
+    ctx: Context,
+    obj: S3Object,
+    discovery: Discovery,
+    *,
+    target: Path,
+    verifier: Verifier,
+    progress: Reporter,
+) -> tuple[Verification, TempFile]:
+    """Write every byte of the object into a temp file and check it; the caller
+    publishes it. On any failure the temp file is gone."""
+    config = ctx.config
+    first, size, etag = discovery.first, discovery.size, discovery.etag
+    temp: TempFile | None = None
+    try:
+        # Held before any await, so a cancelled create is still cleaned up.
+        temp = TempFile(target, size, fsync=config.fsync)
+        if verifier.pending is not None and discovery.checksum is not None:
+            # The answer was the whole object and brought the checksum: the HEAD sent
+            # for it is not needed.
+            await verifier.abandon()
+        if first is None and verifier.pending is not None and _multipart(etag):
+            # Listed multipart object: whether its checksum is COMPOSITE decides how it
+            # is fetched, so the HEAD is awaited first (no slot is held meanwhile).
+            await verifier.settle(obj, etag)
+        # One response holds the whole object (the open first one, or one plain GET,
+        # which works for empty objects where any Range is a 416): no part tasks.
+        whole_in_first = first is not None and discovery.first_end == size
+        one_plain_get = (
+            first is None
+            and not discovery.complete
+            and size <= config.chunk_size
+            # A COMPOSITE checksum is checked only along upload parts, not in one GET.
+            and not (verifier.wants_parts and size > 0)
+        )
+        if etag is None and not (whole_in_first or discovery.complete):
+            # Without an ETag no request can be pinned to the version the others
+            # fetched: one GET of the whole object is the only consistent answer (a
+            # retry starts it over, see parts.fetch_part).
+            logger.info(
+                "s3://%s/%s: the server sent no ETag, so ranged GETs cannot be pinned to "
+                "one version of the object; fetching it in one GET",
+                obj.bucket,
+                obj.key,
+            )
+            if first is not None:
+                first.close()
+                first = None
+            one_plain_get = True
+        if not (whole_in_first or one_plain_get or discovery.complete) or (
+            size > config.write_size
+        ):
+            await temp.open()
+        # Otherwise one sequential writer, small enough for one write: the file is
+        # created, written, closed and renamed in one executor hop, not three.
+        fetch = Fetch(ctx, obj, temp, etag, size, verifier, progress)
+        if whole_in_first or one_plain_get:
+            response, first = first, None
+            await fetch_part(fetch, Part(0, size, crc_fn=verifier.crc), response)
+        elif not discovery.complete:
+            first, opened = None, first
+            await _fetch_body(fetch, opened, discovery.first_end)
+        return await verifier.finish(temp, obj, etag), temp
+    except BaseException as exc:
+        if first is not None:
+            first.close()
+        if temp is not None:
+            temp.discard()
+        await verifier.abandon()
+        if isinstance(exc, BaseExceptionGroup):
+            failure = _first_failure(exc)
+            # Keep the failure's own cause; the group around it is noise.
+            raise failure from failure.__cause__
+        raise
+
+
+async def _fetch_body(fetch: Fetch, first: Response | None, first_end: int) -> None:
+    """Fetch an object of more than one request: by byte ranges, or along its upload
+    parts when only those can check its COMPOSITE checksum."""
+    verifier = fetch.verifier
+    offset = 0
+    if first is not None and (
+        verifier.wants_parts or (verifier.pending is not None and _multipart(fetch.etag))
+    ):
+        # The first answer's bytes are on their way: write them (which frees its slot),
+        # then learn from the HEAD sent with it whether a multipart object's checksum
+        # is COMPOSITE before choosing how to fetch the rest.
+        opened, first = first, None
+        await fetch_part(fetch, Part(0, first_end, crc_fn=verifier.crc), opened)
+        offset = first_end
+        await verifier.settle(fetch.obj, fetch.etag)
+    if verifier.wants_parts:
+        if await fetch_by_part_number(fetch, offset):
+            return
+        # Fail before the bytes, not after them, when nothing could check them.
+        verifier.refuse_if_uncheckable(fetch.obj)
+    await fetch_ranges(fetch, first, first_end, offset)
+
+
+async def _after_failure(
+    ctx: Context, obj: S3Object, exc: Exception, failures: int, what: str
+) -> int:
+    return await after_failure(ctx.config, exc, failures, bucket=obj.bucket, key=obj.key, what=what)
+
+
+async def _reap(task: asyncio.Task[Any]) -> None:
+    """Cancel a side task and wait for it, so nothing is left running or unretrieved."""
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+def _first_failure(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The error that failed a task group (the rest are the cancellations it caused)."""
+    leaves: list[BaseException] = []
+
+    def collect(exc: BaseException) -> None:
+        if isinstance(exc, BaseExceptionGroup):
+            for inner in exc.exceptions:
+                collect(inner)
+        else:
+            leaves.append(exc)
+
+    collect(group)
+    for leaf in leaves:
+        if not isinstance(leaf, asyncio.CancelledError):
+            return leaf
+    return leaves[0] if leaves else asyncio.CancelledError()
+
+
+def _multipart(etag: str | None) -> bool:
+    """A multipart upload's ETag ends in ``-<parts>``; its checksum may be COMPOSITE."""
+    return etag is not None and "-" in etag.strip('"')
