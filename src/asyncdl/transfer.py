@@ -34,7 +34,9 @@ from .verify import Verification, Verifier
 from .writer import TempFile
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: a frozen dataclass pays an object.__setattr__ per field on creation, and
+# one Job is made per object of a bulk download. Nothing changes a Job once made.
+@dataclass(slots=True)
 class Job:
     """A download as asked, every part of it checked."""
 
