@@ -10,11 +10,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from .config import TransferConfig
 from .errors import is_retryable, translate
 
 logger = logging.getLogger("asyncdl")
+
+_T = TypeVar("_T")
 
 
 def backoff_delay(config: TransferConfig, failures: int) -> float:
@@ -44,6 +48,19 @@ async def after_failure(
     )
     await asyncio.sleep(delay)
     return failures
+
+
+async def with_retries(
+    config: TransferConfig, call: Callable[[], Awaitable[_T]], *, bucket: str, key: str, what: str
+) -> _T:
+    """``await call()``, again after each failure that earns another attempt (see
+    :func:`after_failure`), for a request that has nothing to resume."""
+    failures = 0
+    while True:
+        try:
+            return await call()
+        except Exception as exc:
+            failures = await after_failure(config, exc, failures, bucket=bucket, key=key, what=what)
 
 
 def describe(exc: BaseException) -> str:

@@ -27,7 +27,7 @@ from .parts import Fetch, Part, fetch_by_part_number, fetch_part, fetch_ranges
 from .progress import ProgressCallback, Reporter
 from .request_args import ExtraArgs, check_bucket_and_key, check_extra_args, check_target_off_loop
 from .results import DownloadResult
-from .retry import after_failure, logger
+from .retry import logger, with_retries
 from .s3_source import ObjectMeta, Response, S3Object, normalize_etag
 from .strategies import Discovery, Strategy, resolve_strategy
 from .verify import Verification, Verifier
@@ -213,23 +213,24 @@ def _needs_checksum_head(ctx: Context, job: Job) -> bool:
 
 
 async def _discover_with_retries(ctx: Context, obj: S3Object, job: Job) -> Discovery:
-    chunk_size, failures = ctx.config.chunk_size, 0
-    while True:
-        try:
-            return await job.strategy.discover(
-                obj, chunk_size=chunk_size, size=job.size, etag=job.etag
-            )
-        except Exception as exc:
-            failures = await _after_failure(ctx, obj, exc, failures, "discovery")
+    chunk_size, size, etag = ctx.config.chunk_size, job.size, job.etag
+    return await with_retries(
+        ctx.config,
+        lambda: job.strategy.discover(obj, chunk_size=chunk_size, size=size, etag=etag),
+        bucket=obj.bucket,
+        key=obj.key,
+        what="discovery",
+    )
 
 
 async def _head_with_retries(ctx: Context, obj: S3Object, etag: str | None) -> ObjectMeta:
-    failures = 0
-    while True:
-        try:
-            return await obj.head(if_match=etag)
-        except Exception as exc:
-            failures = await _after_failure(ctx, obj, exc, failures, "the checksum HEAD")
+    return await with_retries(
+        ctx.config,
+        lambda: obj.head(if_match=etag),
+        bucket=obj.bucket,
+        key=obj.key,
+        what="the checksum HEAD",
+    )
 
 
 async def _fetch(
@@ -329,12 +330,6 @@ async def _fetch_body(fetch: Fetch, first: Response | None, first_end: int) -> N
         # Fail before the bytes, not after them, when nothing could check them.
         verifier.refuse_if_uncheckable(fetch.obj)
     await fetch_ranges(fetch, first, first_end, offset)
-
-
-async def _after_failure(
-    ctx: Context, obj: S3Object, exc: Exception, failures: int, what: str
-) -> int:
-    return await after_failure(ctx.config, exc, failures, bucket=obj.bucket, key=obj.key, what=what)
 
 
 async def _reap(task: asyncio.Task[Any]) -> None:
