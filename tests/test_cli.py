@@ -66,7 +66,9 @@ def test_cp_downloads_one_object_to_a_file(
     assert target.read_bytes() == data
     assert result.stdout == f"download: s3://{bucket}/dir/big.bin to {target}\n"
     assert result.stderr == ""  # not a terminal: no progress bar
-    assert len(proxy.requests) == 4  # one 64 KiB GET per part, through --endpoint-url
+    # One 64 KiB GET per part and the HEAD for the checksum, through --endpoint-url.
+    assert [r.method for r in proxy.requests].count("GET") == 4
+    assert [r.method for r in proxy.requests].count("HEAD") == 1
     assert temp_files(tmp_path) == []
 
 

@@ -59,7 +59,8 @@ async def test_503_is_retried(
     proxy.rule = once_each
     result = await engine.download(bucket, "k", tmp_path / "k")
     assert (tmp_path / "k").read_bytes() == data
-    assert result.requests == len(proxy.requests) == 6
+    # Three ranged GETs and the checksum HEAD (no Range): each answered 503 once.
+    assert result.requests == len(proxy.requests) == 8
 
 
 async def test_cut_stream_resumes_from_the_cut(
@@ -87,7 +88,9 @@ async def test_cut_stream_resumes_from_the_cut(
     ranges = [r.range for r in proxy.requests]
     for i in range(3):
         assert f"bytes={i * CHUNK + cut}-{(i + 1) * CHUNK - 1}" in ranges
-    assert result.requests == len(proxy.requests) == 6
+    # Three parts, each resumed once, and the HEAD that brings the checksum.
+    assert result.requests == len(proxy.requests) == 6 + 1
+    assert result.verified
     etag = s3.head_object(Bucket=bucket, Key="k")["ETag"]
     assert all(r.headers["if-match"] == etag for r in proxy.requests[1:])
 
@@ -152,7 +155,7 @@ async def test_stalled_part_is_retried_after_read_timeout(
         result = await engine.download(bucket, "k", tmp_path / "k")
     assert (tmp_path / "k").read_bytes() == data
     assert f"bytes={CHUNK + 1000}-{2 * CHUNK - 1}" in [r.range for r in proxy.requests]
-    assert result.requests == 4
+    assert result.requests == 4 + 1  # and the checksum HEAD
 
 
 async def test_connection_reset_on_accept_is_retried(
@@ -267,8 +270,8 @@ async def test_disk_full_removes_the_temp_file_and_is_not_retried(
     assert temp_files(tmp_path) == []
     assert target.read_bytes() == b"old"
     # One try per request: the first GET (and, when the disk fills mid-write, the
-    # parts already started), never a retry of a write.
-    assert len(proxy.requests) <= 3
+    # parts already started, and the checksum HEAD), never a retry of a write.
+    assert len([r for r in proxy.requests if r.method == "GET"]) <= 3
 
 
 async def test_retries_are_logged_without_secrets(

@@ -229,16 +229,99 @@ async def test_small_listed_objects_are_verified_in_one_request(
     assert all(r.headers.get("x-amz-checksum-mode") == "ENABLED" for r in gets)
 
 
-async def test_get_first_when_available_adds_no_request(
-    s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path
+@pytest.mark.parametrize("algorithm", ALL)
+@pytest.mark.parametrize("size", [CHUNK + 1, 5 * CHUNK + 3])
+async def test_default_get_first_verifies_multi_chunk_objects(
+    s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path, algorithm: str, size: int
 ) -> None:
-    s3.put_object(Bucket=bucket, Key="k", Body=payload(3 * CHUNK), ChecksumAlgorithm="CRC32")
+    # The default policy, the default strategy: the first answer's headers show more is
+    # to come, so one HEAD goes out alongside the fan-out and brings S3's checksum.
+    data = payload(size, seed=size)
+    s3.put_object(Bucket=bucket, Key="k", Body=data, ChecksumAlgorithm=algorithm)
+    stored = s3.head_object(Bucket=bucket, Key="k", ChecksumMode="ENABLED")[f"Checksum{algorithm}"]
     config = asyncdl.TransferConfig(chunk_size=CHUNK)
     async with make_client(proxy.url) as client, asyncdl.Engine(client, config=config) as engine:
-        result = await engine.download(bucket, "k", tmp_path / "k", strategy="get-first")
-    assert result.requests == len(proxy.requests) == 3
+        result = await engine.download(bucket, "k", tmp_path / "k")
+    assert (tmp_path / "k").read_bytes() == data
+    assert (result.verified, result.checksum) == (True, f"{algorithm}:{stored}")
+    gets = [r for r in proxy.requests if r.method == "GET"]
+    heads = [r for r in proxy.requests if r.method == "HEAD"]
+    assert len(gets) == -(-size // CHUNK)
+    assert len(heads) == 1
+    assert heads[0].headers.get("if-match") == result.etag
+    assert heads[0].headers.get("x-amz-checksum-mode") == "ENABLED"
+    assert result.requests == len(proxy.requests)
+
+
+async def test_default_get_first_object_in_one_answer_adds_no_request(
+    s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path
+) -> None:
+    # The one case the default leaves unverified: the ranged first answer holds the
+    # whole object and carries no checksum; nothing is sent just to get one.
+    s3.put_object(Bucket=bucket, Key="k", Body=payload(CHUNK), ChecksumAlgorithm="CRC32")
+    config = asyncdl.TransferConfig(chunk_size=CHUNK)
+    async with make_client(proxy.url) as client, asyncdl.Engine(client, config=config) as engine:
+        result = await engine.download(bucket, "k", tmp_path / "k")
+    assert result.requests == len(proxy.requests) == 1
     assert not result.verified
-    assert "ranged GETs carry none" in (result.unverified_reason or "")
+    assert "fit in the first" in (result.unverified_reason or "")
+
+
+async def test_default_corruption_in_flight_is_refused(
+    s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path
+) -> None:
+    data = payload(4 * CHUNK + 3)
+    s3.put_object(Bucket=bucket, Key="k", Body=data, ChecksumAlgorithm="CRC32")
+    target = tmp_path / "k"
+    target.write_bytes(b"old")
+    # Every GET of the third part flips a byte: the fresh attempt fails the same way.
+    third = f"bytes={2 * CHUNK}-{3 * CHUNK - 1}"
+    proxy.rule = lambda r: Fault(corrupt_at=10) if r.range == third else None
+    config = asyncdl.TransferConfig(chunk_size=CHUNK)
+    async with make_client(proxy.url) as client, asyncdl.Engine(client, config=config) as engine:
+        with pytest.raises(asyncdl.ChecksumError) as caught:
+            await engine.download(bucket, "k", target)
+    assert caught.value.mismatch
+    assert target.read_bytes() == b"old"
+    assert temp_files(tmp_path) == []
+
+
+async def test_default_head_refused_leaves_the_object_unverified(
+    s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path
+) -> None:
+    # Some policies allow GET but not HEAD: the default policy then downloads the
+    # object all the same and says why it is unverified; "required" fails.
+    data = payload(3 * CHUNK)
+    s3.put_object(Bucket=bucket, Key="k", Body=data, ChecksumAlgorithm="CRC32")
+    proxy.rule = lambda r: (
+        Fault(status=403, error_code="AccessDenied") if r.method == "HEAD" else None
+    )
+    config = asyncdl.TransferConfig(chunk_size=CHUNK, backoff_base=0.01)
+    async with make_client(proxy.url) as client, asyncdl.Engine(client, config=config) as engine:
+        result = await engine.download(bucket, "k", tmp_path / "k")
+    assert (tmp_path / "k").read_bytes() == data
+    assert not result.verified
+    assert "the checksum HEAD failed" in (result.unverified_reason or "")
+    required = asyncdl.TransferConfig(chunk_size=CHUNK, validate="required")
+    async with make_client(proxy.url) as client, asyncdl.Engine(client, config=required) as engine:
+        with pytest.raises(asyncdl.AccessDeniedError):
+            await engine.download(bucket, "k", tmp_path / "r")
+    assert not (tmp_path / "r").exists()
+
+
+async def test_default_listed_multi_chunk_objects_are_verified(
+    s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path
+) -> None:
+    sizes = {"p/small": 10, "p/middle": CHUNK + 5, "p/large": 3 * CHUNK}
+    for key, size in sizes.items():
+        s3.put_object(Bucket=bucket, Key=key, Body=payload(size), ChecksumAlgorithm="CRC64NVME")
+    config = asyncdl.TransferConfig(chunk_size=CHUNK)
+    async with make_client(proxy.url) as client, asyncdl.Engine(client, config=config) as engine:
+        results = {r.key: r async for r in engine.download_prefix(bucket, "p/", tmp_path)}
+    assert all(r.verified for r in results.values()), results
+    heads = sorted(r.path for r in proxy.requests if r.method == "HEAD")
+    assert heads == sorted(f"/{bucket}/p/{name}" for name in ("large", "middle"))
+    assert [results[key].requests for key in sizes] == [1, 2 + 1, 3 + 1]
 
 
 async def test_caller_supplied_checksum(

@@ -151,7 +151,9 @@ async def _fetch_verified(
     # No await from here until _fetch holds the open first answer and the checksum HEAD
     # under its cleanup: a cancellation in between would leak them.
     verifier = Verifier(policy, job.expected or discovery.checksum)
-    verifier.pending, discovery.checksum_head = discovery.checksum_head, None
+    if discovery.checksum_head is not None:
+        verifier.expect(discovery.checksum_head, discovery.etag)
+        discovery.checksum_head = None
     progress.total = discovery.size
     try:
         fetched = await _fetch(
@@ -195,21 +197,33 @@ async def _discover(ctx: Context, obj: S3Object, job: Job) -> Discovery:
         if head is not None:
             await _reap(head)
         raise
+    if (
+        head is None
+        and ctx.config.validate == "when_available"
+        and job.expected is None
+        and discovery.checksum is None
+        and discovery.first is not None
+        and discovery.first_end < discovery.size
+        and discovery.etag is not None
+    ):
+        # The first answer's headers say more is to come: its ranged GETs carry no
+        # checksum, so a HEAD asks for it now, alongside the fan-out, pinned to the
+        # ETag the bytes are (it answers long before the parts do).
+        head = asyncio.create_task(_head_with_retries(ctx, obj, discovery.etag))
     discovery.checksum_head = head
     return discovery
 
 
 def _needs_checksum_head(ctx: Context, job: Job) -> bool:
-    """Only ``validate="required"`` sends a request just for S3's checksum: when it is
-    not known already and the GETs may not carry it (ranged GETs carry none)."""
-    if ctx.config.validate != "required" or job.expected is not None:
+    """Whether a HEAD for S3's checksum goes out with the first request: for listed
+    objects whose GETs will not carry it (several requests, or multipart: a COMPOSITE
+    checksum is checked along the upload's parts), and for ``"required"`` GET-first
+    (its ranged first answer carries none). HEAD-first's own HEAD asks for it."""
+    if ctx.config.validate == "off" or job.expected is not None:
         return False
     if job.size is not None and job.etag is not None:
-        # Listed: one plain GET carries the checksum, unless the object takes several
-        # requests, or is multipart (a COMPOSITE checksum is checked along its parts).
         return job.size > ctx.config.chunk_size or _multipart(job.etag)
-    # HEAD-first's own HEAD asks for the checksum.
-    return job.strategy.name == "get-first"
+    return ctx.config.validate == "required" and job.strategy.name == "get-first"
 
 
 async def _discover_with_retries(ctx: Context, obj: S3Object, job: Job) -> Discovery:
@@ -261,6 +275,8 @@ async def _fetch(
         # One response holds the whole object (the open first one, or one plain GET,
         # which works for empty objects where any Range is a 416): no part tasks.
         whole_in_first = first is not None and discovery.first_end == size
+        if whole_in_first and discovery.checksum is None and verifier.pending is None:
+            verifier.missing_reason = _FIT_FIRST_ANSWER
         one_plain_get = (
             first is None
             and not discovery.complete
@@ -282,6 +298,7 @@ async def _fetch(
                 first.close()
                 first = None
             one_plain_get = True
+            verifier.missing_reason = "the server sent no ETag to pin a checksum HEAD to"
         if not (whole_in_first or one_plain_get or discovery.complete) or (
             size > config.write_size
         ):
@@ -354,6 +371,13 @@ def _first_failure(group: BaseExceptionGroup[BaseException]) -> BaseException:
         if not isinstance(leaf, asyncio.CancelledError):
             return leaf
     return leaves[0] if leaves else asyncio.CancelledError()
+
+
+_FIT_FIRST_ANSWER = (
+    "the object fit in the first, ranged answer, which carries no checksum, and no "
+    "request is added just to get one: validate='required', strategy='head-first' or "
+    "listing metadata (size and ETag) have such an object checked"
+)
 
 
 def _multipart(etag: str | None) -> bool:

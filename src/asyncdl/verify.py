@@ -1,10 +1,17 @@
 """Checking a download against the checksum S3 stores, per the ``validate`` policy.
 
-- ``"when_available"``: check every checksum the responses carry (HEAD, and GETs
-  of the whole object), and send nothing only to get one.
+- ``"when_available"``: check whatever S3 vouches for. An object the first answer
+  holds whole is checked when that answer carries the checksum, and nothing is sent
+  for one; a larger one gets a HEAD alongside its fan-out (ranged GETs carry no
+  checksum), answered long before the parts are. A HEAD that fails leaves the object
+  unverified, with the reason.
 - ``"required"``: fail unless the whole object was checked against S3's checksum;
   GET-first then sends a HEAD alongside its first GET (same round trip).
 - ``"off"``: check nothing.
+
+The HEAD's checksum is taken as soon as it answers, so parts that start after it
+compute their CRCs as they stream; only the parts already under way then are read
+back from the file.
 
 A FULL_OBJECT CRC is checked by combining the parts' CRCs; SHA1/SHA256 by hashing
 the finished file. A COMPOSITE checksum (``-N``) is checked when the bytes came
@@ -27,7 +34,7 @@ from .checksums import (
     crc_function,
     raw_crc,
 )
-from .errors import ChecksumError, ObjectChangedError
+from .errors import ChecksumError, DownloadError, ObjectChangedError
 from .s3_source import ObjectMeta, S3Object
 from .writer import TempFile
 
@@ -63,6 +70,9 @@ class Verifier:
         self._part_crcs: dict[int, int] = {}
         #: Why a COMPOSITE checksum could not be checked along upload parts.
         self.parts_reason: str | None = None
+        #: Why no checksum is known, when none is: the download path says which
+        #: requests could have brought one; a failed HEAD says why it failed.
+        self.missing_reason = "the object has no stored checksum"
         if expected is not None:
             self.adopt(expected)
 
@@ -122,17 +132,46 @@ class Verifier:
             pending.cancel()
             await asyncio.gather(pending, return_exceptions=True)
 
+    def expect(self, head: asyncio.Task[ObjectMeta], etag: str | None) -> None:
+        """A HEAD in flight brings the checksum: taken the moment it answers (if it is
+        of this ``etag``), so that parts starting later compute their CRCs as they go."""
+        self.pending = head
+
+        def early(task: asyncio.Task[ObjectMeta]) -> None:
+            if task.cancelled() or task.exception() is not None:
+                return  # settle() says what went wrong
+            meta = task.result()
+            if meta.etag is None or etag is None or meta.etag == etag:
+                self.adopt(meta.checksum)
+
+        head.add_done_callback(early)
+
     async def settle(self, obj: S3Object, etag: str | None) -> None:
-        """Wait for the checksum HEAD, if one is in flight, and take its checksum."""
+        """Wait for the checksum HEAD, if one is in flight, and take its checksum.
+
+        Under ``"when_available"`` a HEAD that failed, or that saw the object changed
+        since its bytes were pinned, only leaves the object unverified: the bytes are
+        one version, whatever happened to the object afterwards."""
         pending, self.pending = self.pending, None
         if pending is None:
             return
-        meta = await pending
+        try:
+            meta = await pending
+        except DownloadError as exc:
+            if self.policy == "required":
+                raise
+            self.missing_reason = f"the checksum HEAD failed: {exc.message}"
+            return
         if meta.etag is not None and etag is not None and meta.etag != etag:
-            raise obj.error(
-                f"ETag changed from {etag} to {meta.etag} during the download",
-                ObjectChangedError,
+            if self.policy == "required":
+                raise obj.error(
+                    f"ETag changed from {etag} to {meta.etag} during the download",
+                    ObjectChangedError,
+                )
+            self.missing_reason = (
+                f"the object changed to ETag {meta.etag} before its checksum was read"
             )
+            return
         self.adopt(meta.checksum)
 
     async def finish(self, temp: TempFile, obj: S3Object, etag: str | None) -> Verification:
@@ -153,12 +192,7 @@ class Verifier:
                     "the object has no stored checksum, so validate='required' cannot "
                     "verify it (upload it with a ChecksumAlgorithm, or relax the policy)",
                 )
-            return Verification(
-                None,
-                False,
-                "no checksum in the responses: ranged GETs carry none (use head-first, "
-                "validate='required', or listing metadata), or the object has none",
-            )
+            return Verification(None, False, self.missing_reason)
         if expected.composite:
             return await self._finish_composite(temp, obj, expected)
         if self.combiner is not None:
