@@ -19,7 +19,9 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
+from botocore.config import Config
 from click.testing import CliRunner, Result
 
 from asyncdl.cli import cli
@@ -589,3 +591,29 @@ def test_demo_subcommand_runs_the_main_job(tmp_path: Path) -> None:
     rows = [line.split() for line in out.splitlines() if "-first " in line]
     assert [(row[0], row[1]) for row in rows] == [("get-first", "6"), ("head-first", "6")]
     assert os.listdir(tmp_path) == []
+
+
+def test_cp_validate_required_fails_what_it_cannot_verify(
+    s3: Any, s3_endpoint: str, bucket: str, proxy: TcpProxy, tmp_path: Path
+) -> None:
+    # One object stored with a checksum, one without (boto3 adds a CRC32 to every put
+    # unless told otherwise): the second is fetched but not published, and the error
+    # line says why; the exit status is 1.
+    s3.put_object(Bucket=bucket, Key="p/sum", Body=payload(3 * CHUNK), ChecksumAlgorithm="CRC32")
+    plain = boto3.client(
+        "s3",
+        endpoint_url=s3_endpoint,
+        region_name="us-east-1",
+        config=Config(request_checksum_calculation="when_required"),
+    )
+    plain.put_object(Bucket=bucket, Key="p/none", Body=payload(3 * CHUNK))
+    dest = tmp_path / "dest"
+    args = ["--chunk-size", "64KiB", "--validate", "required", "--json"]
+    result = run(proxy, "cp", *args, "--recursive", f"s3://{bucket}/p", str(dest))
+    assert result.exit_code == 1
+    rows = {row["key"]: row for row in map(json.loads, lines(result.stdout))}
+    assert rows["p/sum"]["verified"] is True
+    assert rows["p/none"]["error"]["type"] == "ChecksumError"
+    assert "no stored checksum" in result.stderr
+    assert "1 of 2 objects failed" in result.stderr
+    assert sorted(os.listdir(dest)) == ["sum"]

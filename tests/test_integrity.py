@@ -471,3 +471,44 @@ async def test_cancelled_right_after_discovery_releases_the_first_response(
     assert result.verified
     assert (tmp_path / "k").read_bytes() == payload(size)
     assert temp_files(tmp_path) == []
+
+
+@pytest.mark.parametrize("size", [100, 3 * CHUNK])
+async def test_a_validating_client_is_checked_once_by_asyncdl(
+    s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path, size: int
+) -> None:
+    # botocore's default client checks whole-object GETs itself; asyncdl verifies every
+    # byte, so its GETs go through the lean path (botocore's handler never sees them,
+    # and they carry no amz-sdk-invocation-id): one check, asyncdl's.
+    data = payload(size)
+    s3.put_object(Bucket=bucket, Key="k", Body=data, ChecksumAlgorithm="CRC32C")
+    config = asyncdl.TransferConfig(chunk_size=CHUNK)
+    async with (
+        make_client(proxy.url, response_checksum_validation="when_supported") as client,
+        asyncdl.Engine(client, config=config) as engine,
+    ):
+        result = await engine.download(bucket, "k", tmp_path / "k")
+        assert (result.strategy, result.verified) == ("head-first", True)
+        gets = [r for r in proxy.requests if r.method == "GET"]
+        assert gets
+        assert not any("amz-sdk-invocation-id" in r.headers for r in gets)
+        # A byte flipped in flight is asyncdl's mismatch, not botocore's.
+        proxy.rule = lambda r: Fault(corrupt_at=10) if r.method == "GET" else None
+        with pytest.raises(asyncdl.ChecksumError, match="CRC32C mismatch: S3 says"):
+            await engine.download(bucket, "k", tmp_path / "bad")
+    assert not (tmp_path / "bad").exists()
+
+
+async def test_a_validating_client_keeps_its_check_when_asyncdl_checks_nothing(
+    s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path
+) -> None:
+    s3.put_object(Bucket=bucket, Key="k", Body=payload(100), ChecksumAlgorithm="CRC32C")
+    proxy.rule = lambda r: Fault(corrupt_at=10) if r.method == "GET" else None
+    config = asyncdl.TransferConfig(chunk_size=CHUNK, validate="off")
+    async with (
+        make_client(proxy.url, response_checksum_validation="when_supported") as client,
+        asyncdl.Engine(client, config=config) as engine,
+    ):
+        with pytest.raises(asyncdl.ChecksumError, match="botocore's checksum check failed"):
+            await engine.download(bucket, "k", tmp_path / "k")
+    assert not (tmp_path / "k").exists()

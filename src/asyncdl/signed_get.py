@@ -15,9 +15,15 @@ client's current (refreshing) credentials, and goes out through the client's own
 HTTP session (same pool, proxies, TLS and timeouts). Its body is the same
 aiobotocore streaming body ``get_object`` returns.
 
-Anything this cannot reproduce exactly falls back to ``get_object``: a client that
-validates response checksums, a signer other than SigV4 (SigV4a, S3 Express
-sessions), a non-aiohttp HTTP backend, and redirects. botocore follows a region
+A client that validates response checksums itself (``response_checksum_validation=
+"when_supported"``, botocore's default) is served here only when the engine verifies
+(``validate`` not ``"off"``): asyncdl then checks every byte once, its way (ranges
+included, which botocore never checks); with ``validate="off"`` such a client's GETs
+stay with ``get_object``, whose check of whole-object bodies is then not lost.
+
+Anything else this cannot reproduce exactly falls back to ``get_object``: a signer
+other than SigV4 (SigV4a, S3 Express sessions), a non-aiohttp HTTP backend, and
+redirects. botocore follows a region
 redirect and remembers the bucket's region, so after one the bucket's templates are
 captured again, signed for that region; a bucket whose new template is redirected
 too sends its GETs with ``get_object`` from then on.
@@ -130,8 +136,10 @@ class SignedGets:
             client._request_signer._credentials  # noqa: B018 - the attribute must exist
         except AttributeError:
             return None
-        if getattr(config, "response_checksum_validation", None) != "when_required":
-            return None  # botocore would validate checksums on this path; keep it
+        if getattr(config, "response_checksum_validation", None) != "when_required" and (
+            not verifies
+        ):
+            return None  # botocore checks what this client's GETs bring: keep its check
         if not isinstance(session, AIOHTTPSession):
             return None
         return cls(client, verifies=verifies)
