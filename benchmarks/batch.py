@@ -8,6 +8,7 @@ checked (size and MD5) against what was seeded. Medians over ``--runs`` are prin
 as a table, with ratios against asyncdl-get-first, and optionally written as JSON.
 
     python benchmarks/batch.py --objects 1000 --size 1KiB --concurrency 10 --rtt-ms 20
+    python benchmarks/batch.py --objects 1 --size 512MiB --multipart 16MiB --server fast-moto
     nox -s bench -- --objects 1 --size 512MiB --dest /some/dir
 
 Client libraries are imported inside the functions that use them (hence the
@@ -51,6 +52,7 @@ CLIENTS = (
     "asyncdl-prefix-off",
     "asyncdl-get-first-required",
     "asyncdl-head-first-off",
+    "asyncdl-get-first-off",
     "s3transfer-default",
     "s3transfer-no-head",
     "aiobotocore-loop",
@@ -71,6 +73,10 @@ METRICS = (
     "verified_per_object",
 )
 _UNITS = {"": 1, "b": 1, "kib": 1024, "mib": MiB, "gib": 1024 * MiB}
+#: What S3 stores a checksum with; NONE puts objects whole with no checksum at all.
+CHECKSUMS = ("CRC32", "CRC32C", "CRC64NVME", "SHA1", "SHA256", "NONE")
+#: The servers the benchmark can start itself (see serve()).
+SERVERS = ("moto", "fast-moto")
 # Peers write files with aiofiles in 1 MiB pieces, as asyncdl does (its write_size).
 _WRITE_SIZE = MiB
 
@@ -284,6 +290,9 @@ RUNNERS: dict[str, Callable[[Job, Meter], list[str]]] = {
     "asyncdl-head-first-off": lambda job, m: asyncio.run(
         run_asyncdl(job, m, "head-first", validate="off")
     ),
+    "asyncdl-get-first-off": lambda job, m: asyncio.run(
+        run_asyncdl(job, m, "get-first", validate="off")
+    ),
     "s3transfer-default": partial(run_s3transfer, no_head=False),
     "s3transfer-no-head": partial(run_s3transfer, no_head=True),
     "aiobotocore-loop": lambda job, m: asyncio.run(run_aiobotocore(job, m)),
@@ -319,53 +328,91 @@ def worker_main(args: argparse.Namespace) -> None:
 # -- the orchestrator: server, proxy, seeding, one subprocess per client and run --------
 
 
-async def put_multipart(s3: Any, bucket: str, key: str, body: bytes, part_size: int) -> None:
-    """Upload ``body`` in parts with CRC32 checksums: S3 then keeps a COMPOSITE one."""
-    upload = await s3.create_multipart_upload(Bucket=bucket, Key=key, ChecksumAlgorithm="CRC32")
-    parts = []
-    for number, start in enumerate(range(0, len(body), part_size), start=1):
-        answer = await s3.upload_part(
-            Bucket=bucket,
-            Key=key,
-            UploadId=upload["UploadId"],
-            PartNumber=number,
-            Body=body[start : start + part_size],
-            ChecksumAlgorithm="CRC32",
+@dataclass(frozen=True, slots=True)
+class Seeding:
+    """How the objects are stored: their checksum, and their upload parts, if any."""
+
+    size: int
+    #: One of CHECKSUMS.
+    checksum: str = "CRC32"
+    #: Upload in parts of this size (None: one PUT, so a FULL_OBJECT checksum).
+    part_size: int | None = None
+    #: Of a multipart upload: COMPOSITE or FULL_OBJECT.
+    checksum_type: str = "COMPOSITE"
+
+    async def put(self, s3: Any, bucket: str, key: str, body: bytes) -> None:
+        if self.part_size is not None:
+            await self.put_multipart(s3, bucket, key, body, self.part_size)
+        elif self.checksum == "NONE":
+            await s3.put_object(Bucket=bucket, Key=key, Body=body)
+        else:
+            await s3.put_object(Bucket=bucket, Key=key, Body=body, ChecksumAlgorithm=self.checksum)
+
+    async def put_multipart(
+        self, s3: Any, bucket: str, key: str, body: bytes, part_size: int
+    ) -> None:
+        """Upload ``body`` in parts, each with its checksum; S3 keeps a COMPOSITE checksum
+        of theirs, or a FULL_OBJECT one of the whole body, as ``checksum_type`` says."""
+        algorithm = self.checksum
+        upload = await s3.create_multipart_upload(
+            Bucket=bucket, Key=key, ChecksumAlgorithm=algorithm, ChecksumType=self.checksum_type
         )
-        parts.append(
-            {"PartNumber": number, "ETag": answer["ETag"], "ChecksumCRC32": answer["ChecksumCRC32"]}
+        parts = []
+        for number, start in enumerate(range(0, len(body), part_size), start=1):
+            answer = await s3.upload_part(
+                Bucket=bucket,
+                Key=key,
+                UploadId=upload["UploadId"],
+                PartNumber=number,
+                Body=body[start : start + part_size],
+                ChecksumAlgorithm=algorithm,
+            )
+            field = f"Checksum{algorithm}"
+            parts.append({"PartNumber": number, "ETag": answer["ETag"], field: answer[field]})
+        await s3.complete_multipart_upload(
+            Bucket=bucket, Key=key, UploadId=upload["UploadId"], MultipartUpload={"Parts": parts}
         )
-    await s3.complete_multipart_upload(
-        Bucket=bucket, Key=key, UploadId=upload["UploadId"], MultipartUpload={"Parts": parts}
-    )
 
 
-async def seed(
-    endpoint: str, bucket: str, objects: int, size: int, part_size: int | None = None
-) -> list[str]:
-    """Create ``bucket`` and put the objects (multipart, with ``part_size``); return each
-    object's MD5 by index."""
+def seeding_client(endpoint: str, seeding: Seeding) -> Any:
+    from aiobotocore.config import AioConfig  # noqa: PLC0415
     from aiobotocore.session import get_session  # noqa: PLC0415
 
+    # botocore adds a CRC32 to every PUT unless told a checksum is needed only when required.
+    calculation = "when_required" if seeding.checksum == "NONE" else "when_supported"
+    config = AioConfig(request_checksum_calculation=calculation)
+    return get_session().create_client("s3", endpoint_url=endpoint, config=config)
+
+
+async def seed(endpoint: str, bucket: str, objects: int, seeding: Seeding) -> list[str]:
+    """Create ``bucket`` and put the objects; return each object's MD5 by index."""
+    size = seeding.size
     digests = [""] * objects
     # Bound the bodies held at once: 32 small ones, or ~256 MiB of large ones.
     semaphore = asyncio.Semaphore(max(1, min(32, 256 * MiB // max(size, 1))))
-    async with get_session().create_client("s3", endpoint_url=endpoint) as s3:
+    async with seeding_client(endpoint, seeding) as s3:
         await s3.create_bucket(Bucket=bucket)
 
         async def put(index: int) -> None:
             async with semaphore:
                 body = os.urandom(size)
                 digests[index] = hashlib.md5(body).hexdigest()
-                if part_size is not None:
-                    await put_multipart(s3, bucket, key_name(index), body, part_size)
-                else:
-                    await s3.put_object(Bucket=bucket, Key=key_name(index), Body=body)
+                await seeding.put(s3, bucket, key_name(index), body)
 
         async with asyncio.TaskGroup() as tasks:
             for index in range(objects):
                 tasks.create_task(put(index))
     return digests
+
+
+async def stored_checksum(endpoint: str, bucket: str) -> str:
+    """What the server's HEAD says of the first object's checksum (the table's premise)."""
+    from aiobotocore.session import get_session  # noqa: PLC0415
+
+    async with get_session().create_client("s3", endpoint_url=endpoint) as s3:
+        head = await s3.head_object(Bucket=bucket, Key=key_name(0), ChecksumMode="ENABLED")
+    said = [f"{name[8:]} {value}" for name, value in head.items() if name.startswith("Checksum")]
+    return ", ".join(said) or "none"
 
 
 async def delete_bucket(endpoint: str, bucket: str, objects: int) -> None:
@@ -549,32 +596,49 @@ def _git(command: list[str]) -> str:
     return subprocess.run(command, capture_output=True, text=True, check=True).stdout
 
 
+def serve(stack: ExitStack, server: str, part_gets: bool) -> str:
+    """Start moto's server in this process; return its endpoint.
+
+    "fast-moto" is moto reading only the bytes a ranged or PartNumber GET sends (moto
+    re-reads the whole object for each), and naming checksums as S3 does on HEAD.
+    """
+    from asyncdl.testing import moto_server as moto  # noqa: PLC0415
+
+    endpoint: str = stack.enter_context(moto.moto_server())
+    if part_gets:
+        # moto answers a PartNumber GET with the whole object; S3 with the part.
+        stack.enter_context(moto.serving_upload_parts())
+    if server == "fast-moto":
+        stack.enter_context(moto.serving_ranges())
+        stack.enter_context(moto.serving_checksum_types())
+    return endpoint
+
+
+def server_name(args: argparse.Namespace) -> str:
+    if args.endpoint_url is not None:
+        return str(args.endpoint_url)
+    parts = "PartNumber GETs as S3" if args.part_gets else "PartNumber GETs as moto"
+    return f"{args.server} ({parts}; in the benchmark's process, with the proxy)"
+
+
 def main_bench(args: argparse.Namespace) -> int:
     clients = args.clients or list(CLIENTS)
     source = asyncdl_source()  # before the runs: src/ may be edited while they go on
     runs: list[dict[str, Any]] = []
     with ExitStack() as stack:
-        if args.endpoint_url is None:
-            from asyncdl.testing.moto_server import moto_server  # noqa: PLC0415
-
-            endpoint = stack.enter_context(moto_server())
-            if args.part_gets:
-                # moto answers a PartNumber GET with the whole object; S3 with the part.
-                from asyncdl.testing.moto_server import serving_upload_parts  # noqa: PLC0415
-
-                stack.enter_context(serving_upload_parts())
-        else:
-            endpoint = args.endpoint_url
+        endpoint = args.endpoint_url or serve(stack, args.server, args.part_gets)
         from asyncdl.testing.tcp_proxy import TcpProxy  # noqa: PLC0415
 
         proxy = stack.enter_context(TcpProxy.for_url(endpoint, rtt_ms=args.rtt_ms))
         bucket = f"asyncdl-bench-{secrets.token_hex(4)}"
         started = time.perf_counter()
-        digests = asyncio.run(seed(endpoint, bucket, args.objects, args.size, args.multipart))
+        seeding = Seeding(args.size, args.checksum, args.multipart, args.checksum_type)
+        digests = asyncio.run(seed(endpoint, bucket, args.objects, seeding))
+        stored = asyncio.run(stored_checksum(endpoint, bucket))
         print(
-            f"seeded {args.objects} x {args.size} B into {bucket} on {endpoint} "
-            f"in {time.perf_counter() - started:.1f}s; clients go through {proxy.url}; "
-            f"asyncdl at {source}"
+            f"seeded {args.objects} x {args.size} B into {bucket} on {server_name(args)} "
+            f"in {time.perf_counter() - started:.1f}s (HEAD says: {stored}); "
+            f"clients go through {proxy.url}; asyncdl at {source}"
         )
         for run in range(args.runs):
             for client in clients:
@@ -593,11 +657,12 @@ def main_bench(args: argparse.Namespace) -> int:
             "cpus": os.cpu_count(),
             "python": platform.python_version(),
             "platform": platform.platform(),
-            "server": args.endpoint_url or "moto (in the benchmark's process, with the proxy)",
+            "server": server_name(args),
         }
         document: dict[str, Any] = {"config": config, "machine": machine}
         document["versions"] = versions()
         document["asyncdl_source"] = source
+        document["stored_checksum"] = stored
         document |= {**summary, "ratios_against": BASELINE, "notes": found, "runs": runs}
         Path(args.json).write_text(json.dumps(document, indent=2, default=str) + "\n")
         print(f"\nwrote {args.json}")
@@ -610,15 +675,34 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--size", type=parse_size, default=1024, help="each: 1KiB, 512MiB, bytes")
     parser.add_argument("--concurrency", type=int, default=10, help="requests in flight (10)")
     parser.add_argument("--rtt-ms", type=float, default=20.0, help="added per request (20)")
-    parser.add_argument("--endpoint-url", help="an existing S3-compatible server (default: moto)")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--endpoint-url", help="an existing S3-compatible server (default: moto)")
+    where.add_argument(
+        "--server",
+        choices=SERVERS,
+        default="moto",
+        help="the server to start: moto, or fast-moto (ranges read alone, checksums as S3)",
+    )
     parser.add_argument("--clients", type=parse_clients, help=f"comma list (all): {CLIENTS}")
     parser.add_argument("--runs", type=int, default=3, help="runs per client; medians (3)")
     parser.add_argument("--dest", help="directory for the files (default: system temp)")
     parser.add_argument("--json", help="write the results to this file")
     parser.add_argument(
+        "--checksum",
+        type=str.upper,
+        choices=CHECKSUMS,
+        default="CRC32",
+        help="the objects' checksum algorithm, or NONE (CRC32, botocore's default)",
+    )
+    parser.add_argument(
         "--multipart",
         type=parse_size,
-        help="upload each object in parts of this size, with a CRC32 (COMPOSITE) checksum",
+        help="upload each object in parts of this size (the checksum: COMPOSITE by default)",
+    )
+    parser.add_argument(
+        "--checksum-type",
+        choices=("COMPOSITE", "FULL_OBJECT"),
+        help="of a --multipart upload (COMPOSITE; FULL_OBJECT for CRC64NVME, as S3 has it)",
     )
     parser.add_argument(
         "--no-part-gets",
@@ -629,7 +713,28 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     # Internal: how the orchestrator starts one client in a subprocess.
     parser.add_argument("--worker", choices=CLIENTS, help=argparse.SUPPRESS)
     parser.add_argument("--bucket", help=argparse.SUPPRESS)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    problem = seeding_problem(args.checksum, args.multipart, args.checksum_type)
+    if problem:
+        parser.error(problem)
+    if args.checksum_type is None:
+        args.checksum_type = "FULL_OBJECT" if args.checksum == "CRC64NVME" else "COMPOSITE"
+    return args
+
+
+def seeding_problem(checksum: str, multipart: int | None, checksum_type: str | None) -> str:
+    """What S3 would refuse (or what cannot be asked) of these seeding options."""
+    if multipart is None:
+        if checksum_type == "COMPOSITE":
+            return "--checksum-type COMPOSITE needs --multipart (one PUT is FULL_OBJECT)"
+        return ""
+    if checksum == "NONE":
+        return "--multipart needs a --checksum (S3 gives every multipart upload one)"
+    if checksum_type == "COMPOSITE" and checksum == "CRC64NVME":
+        return "CRC64NVME is FULL_OBJECT only (S3 refuses it as COMPOSITE)"
+    if checksum_type == "FULL_OBJECT" and checksum.startswith("SHA"):
+        return f"{checksum} is COMPOSITE only for multipart uploads (S3 refuses FULL_OBJECT)"
+    return ""
 
 
 def main(argv: list[str] | None = None) -> int:
