@@ -377,13 +377,21 @@ async def test_bodies_are_written_in_bounded_pieces(
     data = payload(3 * CHUNK)
     s3.put_object(Bucket=bucket, Key="k", Body=data)
     sizes: list[int] = []
-    original = TempFile.write
+    original, original_crc = TempFile.write, TempFile.write_crc
 
     async def recording_write(self: TempFile, offset: int, piece: bytes) -> None:
         sizes.append(len(piece))
         await original(self, offset, piece)
 
+    async def recording_write_crc(
+        self: TempFile, offset: int, piece: bytes, crc: Any, previous: Any
+    ) -> Any:
+        sizes.append(len(piece))
+        return await original_crc(self, offset, piece, crc, previous)
+
+    # Parts that compute a CRC as they stream write through write_crc.
     monkeypatch.setattr(TempFile, "write", recording_write)
+    monkeypatch.setattr(TempFile, "write_crc", recording_write_crc)
     config = asyncdl.TransferConfig(chunk_size=CHUNK, write_size=4096)
     async with asyncdl.Engine(client, config=config) as engine:
         await engine.download(bucket, "k", tmp_path / "k")

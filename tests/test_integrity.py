@@ -28,6 +28,7 @@ from asyncdl.checksums import (
     parse_checksum,
 )
 from asyncdl.testing.tcp_proxy import Fault, RequestRecord, TcpProxy
+from asyncdl.writer import TempFile
 
 from .conftest import CHUNK, make_client, payload, temp_files
 
@@ -514,3 +515,34 @@ async def test_a_validating_client_keeps_its_check_when_asyncdl_checks_nothing(
         with pytest.raises(asyncdl.ChecksumError, match="botocore's checksum check failed"):
             await engine.download(bucket, "k", tmp_path / "k")
     assert not (tmp_path / "k").exists()
+
+
+@pytest.mark.parametrize("algorithm", ["CRC32", "CRC32C", "CRC64NVME", "SHA256"])
+async def test_parts_that_start_before_the_head_answers_are_not_read_back(
+    s3: Any,
+    bucket: str,
+    proxy: TcpProxy,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    algorithm: str,
+) -> None:
+    # The HEAD answers late: every part has streamed by then. They ran the three CRCs
+    # S3 may name, so the one it names is at hand, and no part is read back from the
+    # file for its CRC (a SHA is one pass over the file whatever happens).
+    data = payload(6 * CHUNK + 5)
+    s3.put_object(Bucket=bucket, Key="k", Body=data, ChecksumAlgorithm=algorithm)
+    proxy.rule = lambda r: Fault(delay=0.5) if r.method == "HEAD" else None
+    read_back: list[tuple[str, int, int]] = []
+    original = TempFile.crc
+
+    async def counting_crc(self: TempFile, name: str, start: int, end: int) -> int:
+        read_back.append((name, start, end))
+        return await original(self, name, start, end)
+
+    monkeypatch.setattr(TempFile, "crc", counting_crc)
+    config = asyncdl.TransferConfig(chunk_size=CHUNK)
+    async with make_client(proxy.url) as client, asyncdl.Engine(client, config=config) as engine:
+        result = await engine.download(bucket, "k", tmp_path / "k")
+    assert (tmp_path / "k").read_bytes() == data
+    assert result.verified, result.unverified_reason
+    assert read_back == []

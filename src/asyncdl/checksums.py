@@ -148,6 +148,19 @@ def crc_function(algorithm: str) -> Callable[[bytes, int], int]:
     return _CRC[algorithm][0]
 
 
+#: The CRCs :func:`every_crc` runs, in its tuple's order.
+SPECULATED = ("CRC32", "CRC32C", "CRC64NVME")
+SpeculatedCrcs = tuple[int, int, int]
+
+
+def every_crc(data: bytes, previous: SpeculatedCrcs | int) -> SpeculatedCrcs:
+    """The running CRC32, CRC32C and CRC64NVME of bytes whose checksum's algorithm is
+    not known yet (a HEAD will tell): the three together cost about one SHA256 pass
+    of a tenth of the bytes, so a part need not be read back from the file later."""
+    c32, c32c, c64 = previous if isinstance(previous, tuple) else (0, 0, 0)
+    return _crc32(data, c32), crt.crc32c(data, c32c), crt.crc64nvme(data, c64)
+
+
 def encode_crc(algorithm: str, crc: int) -> str:
     return base64.b64encode(raw_crc(algorithm, crc)).decode("ascii")
 

@@ -55,10 +55,11 @@ class Part:
     start: int
     end: int
     pos: int = -1
-    crc: int = 0
+    #: The running CRC: an int, or ``every_crc``'s three while the algorithm is unknown.
+    crc: Any = 0
     #: The CRC this part feeds, fixed before its first byte (``None``: computed later
     #: from the file if a CRC checksum turns up).
-    crc_fn: Callable[[bytes, int], int] | None = None
+    crc_fn: Callable[[bytes, Any], Any] | None = None
 
     def __post_init__(self) -> None:
         if self.pos < 0:

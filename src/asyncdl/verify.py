@@ -25,13 +25,17 @@ import asyncio
 import base64
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from .checksums import (
     CRC_ALGORITHMS,
+    SPECULATED,
     CrcCombiner,
     ExpectedChecksum,
+    SpeculatedCrcs,
     composite_of,
     crc_function,
+    every_crc,
     raw_crc,
 )
 from .errors import ChecksumError, DownloadError, ObjectChangedError
@@ -57,8 +61,11 @@ class Verifier:
         self.policy = policy
         self.expected: ExpectedChecksum | None = None
         self.combiner: CrcCombiner | None = None
-        #: The CRC function parts feed while streaming, or ``None``.
-        self.crc: Callable[[bytes, int], int] | None = None
+        #: The CRC function parts feed while streaming, or ``None``: the algorithm's, or
+        #: ``every_crc`` while a HEAD is still to tell which one (``Part.crc_fn``).
+        self.crc: Callable[[bytes, Any], Any] | None = None
+        #: Parts that ran every CRC before the algorithm was known: (start, end, CRCs).
+        self._speculated: list[tuple[int, int, SpeculatedCrcs]] = []
         #: A HEAD in flight that brings the checksum; awaited only after the bytes.
         self.pending: asyncio.Task[ObjectMeta] | None = None
         #: Parts written before a CRC algorithm was known; hashed from the file later.
@@ -90,16 +97,21 @@ class Verifier:
         if not self.active or checksum is None or self.expected is not None:
             return
         self.expected = checksum
+        self.crc = None
         if checksum.algorithm in CRC_ALGORITHMS:
             self.crc = crc_function(checksum.algorithm)
             if not checksum.composite or checksum.maybe_full:
                 self.combiner = CrcCombiner(checksum.algorithm)
+        speculated, self._speculated = self._speculated, []
+        for start, end, crcs in speculated:
+            self._add_speculated(start, end, crcs)
 
     def start_parts(self) -> None:
         """The bytes are fetched again along upload parts: forget what came before."""
         self._numbered = {}
         self._part_crcs.clear()
         self._unhashed.clear()
+        self._speculated.clear()
         if self.combiner is not None:
             self.combiner = CrcCombiner(self.combiner.algorithm)
 
@@ -109,14 +121,26 @@ class Verifier:
         if self._numbered is not None:
             self._numbered[number] = (start, end, checksum)
 
-    def add_part(self, start: int, end: int, crc: int | None) -> None:
+    def add_part(self, start: int, end: int, crc: int | SpeculatedCrcs | None) -> None:
         if crc is None:
             self._unhashed.append((start, end))
+            return
+        if isinstance(crc, tuple):
+            if self.expected is None:
+                self._speculated.append((start, end, crc))  # until the HEAD answers
+            else:
+                self._add_speculated(start, end, crc)
             return
         if self.combiner is not None:
             self.combiner.add(start, end, crc)
         if self._numbered is not None:
             self._part_crcs[start] = crc
+
+    def _add_speculated(self, start: int, end: int, crcs: SpeculatedCrcs) -> None:
+        algorithm = self.expected.algorithm if self.expected is not None else None
+        if algorithm in SPECULATED:
+            self.add_part(start, end, crcs[SPECULATED.index(algorithm)])
+        # Otherwise (SHA1/SHA256) the file is hashed whole: the CRCs served nothing.
 
     def refuse_if_uncheckable(self, obj: S3Object) -> None:
         """``"required"`` with a COMPOSITE checksum and no upload parts to check it by:
@@ -134,15 +158,22 @@ class Verifier:
 
     def expect(self, head: asyncio.Task[ObjectMeta], etag: str | None) -> None:
         """A HEAD in flight brings the checksum: taken the moment it answers (if it is
-        of this ``etag``), so that parts starting later compute their CRCs as they go."""
+        of this ``etag``), so that parts starting later compute their CRCs as they go.
+        Parts that start before it answers run the three CRCs S3 may name (all cheap),
+        so none has to be read back from the file for its CRC."""
         self.pending = head
+        if self.active and self.expected is None:
+            self.crc = every_crc
 
         def early(task: asyncio.Task[ObjectMeta]) -> None:
             if task.cancelled() or task.exception() is not None:
+                self.crc = None if self.expected is None else self.crc
                 return  # settle() says what went wrong
             meta = task.result()
             if meta.etag is None or etag is None or meta.etag == etag:
                 self.adopt(meta.checksum)
+            if self.expected is None:
+                self.crc = None  # no checksum to compute CRCs for
 
         head.add_done_callback(early)
 

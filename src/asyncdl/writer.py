@@ -38,12 +38,14 @@ import threading
 from collections.abc import Callable
 from contextvars import ContextVar
 from pathlib import Path
+from typing import TypeVar
 
 from aiofiles.os import wrap
 
 from .checksums import crc_function, sha_of
 
 _TEMP_SUFFIX = ".asyncdl-tmp"
+_Crc = TypeVar("_Crc")
 _FLAGS = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
 _READ_SIZE = 1024 * 1024
 #: Bytes in a name on nearly every file system; a smaller limit is asked of the file
@@ -194,22 +196,24 @@ class TempFile:
         await _write(self, offset, data)
 
     async def write_crc(
-        self, offset: int, data: bytes, crc: Callable[[bytes, int], int], previous: int
-    ) -> int:
+        self, offset: int, data: bytes, crc: Callable[[bytes, _Crc], _Crc], previous: _Crc
+    ) -> _Crc:
         """:meth:`write`, and the running CRC of the part extended by ``data``, computed
-        in the same executor hop (awscrt releases the GIL: off the event loop)."""
+        in the same executor hop (awscrt releases the GIL: off the event loop). The
+        running value is ``crc``'s own: one CRC, or several while the algorithm is not
+        known yet (``checksums.every_crc``)."""
         if not self.opened and offset == 0 and len(data) == self.size and self._whole is None:
             self._whole = data  # a small deferred file: one write, its CRC right here
             return crc(data, previous)
         if not self.opened:
             await self.write(offset, data)
             return crc(data, previous)
-        result: int = await _write_crc(self, offset, data, crc, previous)
+        result: _Crc = await _write_crc(self, offset, data, crc, previous)
         return result
 
     def _write_crc_sync(
-        self, offset: int, data: bytes, crc: Callable[[bytes, int], int], previous: int
-    ) -> int:
+        self, offset: int, data: bytes, crc: Callable[[bytes, _Crc], _Crc], previous: _Crc
+    ) -> _Crc:
         self._write_sync(offset, data)
         return crc(data, previous)
 
