@@ -27,7 +27,7 @@ from click.testing import CliRunner, Result
 from asyncdl.cli import cli
 from asyncdl.cli.params import S3Url, parse_endpoint_url, parse_s3_url, parse_size
 from asyncdl.testing.moto_server import FAKE_ENV
-from asyncdl.testing.tcp_proxy import Fault, TcpProxy
+from asyncdl.testing.tcp_proxy import Fault, RequestRecord, TcpProxy
 from asyncdl.writer import is_temp_file
 
 from .conftest import CHUNK, payload, temp_files
@@ -330,7 +330,46 @@ def test_cat_writes_the_object_to_stdout(
     assert result.exit_code == 0, result.stderr
     assert result.stdout_bytes == data
     assert result.stderr == ""
-    assert len(proxy.requests) == 6  # parts of 64 KiB, through --endpoint-url
+    # Parts of 64 KiB, through --endpoint-url, and the HEAD that brings the checksum.
+    assert [r.method for r in proxy.requests].count("GET") == 6
+    assert len(proxy.requests) == 7
+
+
+def corrupt_gets(request: RequestRecord) -> Fault | None:
+    return Fault(corrupt_at=100) if request.method == "GET" else None
+
+
+@pytest.mark.parametrize("command", ["cat", "cp -"])
+def test_cat_of_a_corrupted_object_exits_1_after_the_bytes(
+    s3: Any, bucket: str, proxy: TcpProxy, command: str
+) -> None:
+    data = payload(3 * CHUNK + 5)
+    s3.put_object(Bucket=bucket, Key="k", Body=data, ChecksumAlgorithm="CRC32")
+    proxy.rule = corrupt_gets
+    name, *dash = command.split()
+    result = run(proxy, name, "--chunk-size", "64KiB", f"s3://{bucket}/k", *dash)
+    assert result.exit_code == 1
+    # The bytes are out already; the status is what a pipeline acts on.
+    assert len(result.stdout_bytes) == len(data) != 0
+    error, summary = lines(result.stderr)
+    assert error.startswith(f"error: s3://{bucket}/k: CRC32 mismatch: S3 says ")
+    assert summary == "1 of 1 objects failed"
+
+
+@pytest.mark.parametrize("command", ["cat", "cp -"])
+@pytest.mark.parametrize(("validate", "status"), [("off", 0), ("required", 1)])
+def test_cat_validate(
+    s3: Any, bucket: str, proxy: TcpProxy, command: str, validate: str, status: int
+) -> None:
+    # One chunk: "when_available" adds no request for its checksum; "required" sends
+    # the HEAD alongside the GET, "off" checks nothing.
+    s3.put_object(Bucket=bucket, Key="k", Body=payload(1000), ChecksumAlgorithm="CRC32")
+    proxy.rule = corrupt_gets
+    name, *dash = command.split()
+    result = run(proxy, name, "--validate", validate, f"s3://{bucket}/k", *dash)
+    assert result.exit_code == status, result.stderr
+    assert len(result.stdout_bytes) == 1000
+    assert [r.method for r in proxy.requests].count("HEAD") == (validate == "required")
 
 
 def test_cat_of_a_missing_object_exits_1(bucket: str, proxy: TcpProxy) -> None:
@@ -518,6 +557,19 @@ def test_children_get_the_default_ctrl_c_whatever_started_pytest() -> None:
             out, _ = child.communicate(timeout=60)
     assert plain.stdout == "False\n"  # what a plain child of an ignoring parent gets
     assert out == "True\n"
+
+
+def test_cat_of_a_corrupted_object_exits_1_as_a_subprocess(
+    s3: Any, bucket: str, proxy: TcpProxy
+) -> None:
+    data = payload(3 * CHUNK + 5)
+    s3.put_object(Bucket=bucket, Key="k", Body=data, ChecksumAlgorithm="SHA256")
+    proxy.rule = corrupt_gets
+    running = spawn("cat", "--endpoint-url", proxy.url, "--chunk-size", "64KiB", f"s3://{bucket}/k")
+    out, err = running.communicate(timeout=60)
+    assert running.returncode == 1
+    assert len(out) == len(data)
+    assert err.decode().splitlines()[0].startswith(f"error: s3://{bucket}/k: SHA256 mismatch: ")
 
 
 def test_cat_into_a_closed_pipe_stops_quietly(s3: Any, bucket: str, proxy: TcpProxy) -> None:

@@ -25,7 +25,10 @@ async def test_stream_whole_objects(
     pieces = [piece async for piece in engine.stream(bucket, "k")]
     assert b"".join(pieces) == data
     assert all(pieces)  # no empty pieces
-    assert len(proxy.requests) == max(1, -(-size // CHUNK))
+    gets = [r for r in proxy.requests if r.method == "GET"]
+    assert len(gets) == max(1, -(-size // CHUNK))
+    # One HEAD more brings the checksum of an object larger than the first answer.
+    assert len(proxy.requests) - len(gets) == (size > CHUNK)
     assert all(r.headers.get("if-match") == etag for r in proxy.requests[1:])
 
 
@@ -89,8 +92,21 @@ async def test_stream_prefetch_is_bounded_and_cancelled_on_close(
         sent = len(proxy.requests)
         await asyncio.sleep(0.3)
         assert len(proxy.requests) == sent  # nothing goes on fetching
-    assert proxy.max_in_flight <= 3
-    assert sent <= 5 + 3  # what was read, plus at most the prefetch window
+    # The prefetch window, and the checksum HEAD sent once the first answer came.
+    assert proxy.max_in_flight <= 3 + 1
+    assert sent <= 5 + 3 + 1  # what was read, plus at most the window, and the HEAD
+
+
+@pytest.mark.parametrize("prefetch", [1, 2])
+async def test_a_small_prefetch_window_still_reads_every_part(
+    s3: Any, bucket: str, proxy: TcpProxy, prefetch: int
+) -> None:
+    data = payload(5 * CHUNK + 3)
+    s3.put_object(Bucket=bucket, Key="k", Body=data)
+    config = asyncdl.TransferConfig(chunk_size=CHUNK, stream_prefetch=prefetch, validate="off")
+    async with make_client(proxy.url) as client, asyncdl.Engine(client, config=config) as engine:
+        assert b"".join([piece async for piece in engine.stream(bucket, "k")]) == data
+    assert proxy.max_in_flight <= prefetch
 
 
 async def test_stream_resumes_a_cut_part(

@@ -14,6 +14,9 @@ generator that never started runs no ``finally`` when closed or collected, so
 handing it over earlier would leak it from a stream that is opened and never read
 (a handler that wants the headers only, a response that is never sent). Until then
 ``aclose()`` closes it, and so does the stream's collection, on the stream's loop.
+
+A stream of the whole object is checked against S3's checksum as it passes (see
+``stream_verify``): a mismatch raises ``ChecksumError`` instead of the normal end.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from collections.abc import AsyncGenerator, Callable
 from functools import partial
 from typing import Any
 
+from .checksums import ExpectedChecksum
 from .config import is_int_at_least
 from .context import Context
 from .errors import DownloadError, InvalidRequestError, translate
@@ -33,6 +37,7 @@ from .progress import ProgressCallback, Reporter
 from .ranges import ByteRange, ContentRange, plan_ranges
 from .request_args import ExtraArgs, check_bucket_and_key, check_extra_args
 from .s3_source import RangeNotSatisfiable, Response, S3Object
+from .stream_verify import StreamVerifier
 
 _END = object()
 
@@ -60,11 +65,16 @@ class ObjectStream:
     Close it (``aclose()``, ``async with``) to release the first answer and cancel
     the prefetch, whether or not anything was read; a stream collected unclosed
     releases its first answer too.
+
+    Once the iteration has ended, ``checksum``, ``verified`` and
+    ``unverified_reason`` say whether the bytes were checked against S3's checksum,
+    as a download's result does.
     """
 
     # Class-level, so that __del__ finds them on a stream whose __init__ raised.
     _first: Response | None = None
     _loop: asyncio.AbstractEventLoop | None = None
+    _verifier: StreamVerifier | None = None
 
     def __init__(
         self,
@@ -102,6 +112,27 @@ class ObjectStream:
         self._opening = asyncio.Lock()
         self._closed = False
         self._progress = Reporter(progress)
+        self._verifier = StreamVerifier(ctx, self._obj)
+
+    @property
+    def checksum(self) -> str | None:
+        """S3's checksum, ``"ALGORITHM:base64"`` (``-N`` for COMPOSITE), if one was seen."""
+        return self._checker.outcome.checksum
+
+    @property
+    def verified(self) -> bool:
+        """Whether every byte yielded was checked against S3's checksum."""
+        return self._checker.outcome.verified
+
+    @property
+    def unverified_reason(self) -> str | None:
+        """Why the bytes were not verified (``None`` when they were)."""
+        return self._checker.outcome.reason
+
+    @property
+    def _checker(self) -> StreamVerifier:
+        assert self._verifier is not None
+        return self._verifier
 
     async def open(self) -> ObjectStream:
         """Send the first request; raise (``ObjectNotFoundError``...) if it fails."""
@@ -113,11 +144,13 @@ class ObjectStream:
                     reader = await self._first_request()
                 except Exception as exc:
                     self._release_first()  # an answer that was refused
+                    await self._checker.close()
                     if isinstance(exc, DownloadError):
                         raise
                     raise translate(exc, bucket=self.bucket, key=self.key) from exc
                 if self._closed:  # by another task, while the request was out
                     self._release_first()
+                    await self._checker.close()
                     raise RuntimeError("the stream was closed while it opened")
                 self._reader = reader
         return self
@@ -135,12 +168,21 @@ class ObjectStream:
             # The generator owns ``first`` from its first step, which is the anext()
             # below: nothing is awaited in between, so it cannot be dropped unstarted.
             self._pieces = self._reader(first)
+            self._checker.reading()
         try:
-            piece = await anext(self._pieces)
-        except (DownloadError, StopAsyncIteration, asyncio.CancelledError):
+            piece = await anext(self._pieces, None)
+        except (DownloadError, asyncio.CancelledError):
             raise
         except Exception as exc:
             raise translate(exc, bucket=self.bucket, key=self.key) from exc
+        if piece is None:
+            await self._checker.finish()  # a mismatch raises instead of the normal end
+            raise StopAsyncIteration
+        try:
+            await self._checker.feed(piece)
+        except Exception:
+            await self.aclose()  # nothing will check the rest: fetch no more of it
+            raise
         self._progress.total = self.length or 0
         await self._progress.add(len(piece))
         return piece
@@ -151,6 +193,7 @@ class ObjectStream:
         self._release_first()
         if self._pieces is not None:
             await self._pieces.aclose()
+        await self._checker.close()
 
     async def __aenter__(self) -> ObjectStream:
         return await self.open()
@@ -163,6 +206,8 @@ class ObjectStream:
         # closed). A finalizer runs wherever the last reference went: in any thread,
         # in the middle of any callback. Closing the body and releasing the engine's
         # semaphore (neither is thread-safe) must happen on the loop: schedule it there.
+        if self._verifier is not None:
+            self._verifier.drop()
         first, loop = self._first, self._loop
         if first is not None and loop is not None and not loop.is_closed():
             self._first = None
@@ -179,16 +224,20 @@ class ObjectStream:
         ctx, obj, start, end = self._ctx, self._obj, self._start, self._end
         if end == start:
             self.length = 0
+            self._answered(stop=start, held=True)
             return _nothing
         chunk = ctx.config.chunk_size
         first_end = start + chunk if end is None else min(end, start + chunk)
+        self._checker.before_first_get(start)
         try:
             first = await obj.get(ByteRange(start, first_end), if_match=None)
         except RangeNotSatisfiable as exc:
             if exc.actual_size is not None and start >= exc.actual_size:
                 self._check_start(exc.actual_size)
                 self.size, self.etag, self.length = exc.actual_size, exc.etag, 0
-                return _nothing  # an empty object, or a range that starts at its end
+                # An empty object, or a range that starts at its end.
+                self._answered(stop=start, held=True)
+                return _nothing
             raise
         # Owned from here (no await in between): aclose() or collection releases it.
         self._first, self._loop = first, asyncio.get_running_loop()
@@ -198,6 +247,7 @@ class ObjectStream:
             self._check_start(self.size)
             stop = self.size if end is None else min(end, self.size)
             self.length = stop - start
+            self._answered(stop=stop, held=True, checksum=first.checksum)
             if self.length == 0:
                 self._release_first()  # no need to read the whole body for nothing
                 return _nothing
@@ -210,9 +260,11 @@ class ObjectStream:
             # "bytes 0-0/0" (s3rver): the empty object; its body is not read.
             self._release_first()
             self.length = 0
+            self._answered(stop=0, held=True)
             return _nothing
         stop = self.size if end is None else min(end, self.size)
         self.length = stop - start
+        self._answered(stop=stop, held=stop <= content_range.end)
         if first.etag is None and stop > content_range.end:
             # No ETag pins later parts to this version: the range comes in one GET (a
             # cut then ends the stream rather than resume into another version).
@@ -224,6 +276,16 @@ class ObjectStream:
                     f"asked for bytes [{start}, {stop}), got Content-Range {whole.content_range}"
                 )
         return partial(_prefetch, ctx, obj, stop=stop)
+
+    def _answered(self, *, stop: int, held: bool, checksum: ExpectedChecksum | None = None) -> None:
+        self._checker.answered(
+            start=self._start,
+            stop=stop,
+            size=self.size,
+            etag=self.etag,
+            held=held,
+            checksum=checksum,
+        )
 
     def _check_start(self, size: int) -> None:
         if self._start > size:
@@ -260,7 +322,9 @@ async def _prefetch(
         )
         window.append(opening)
         opened = None  # its task owns it now
-        while window:
+        while True:
+            # Refilled at the top of every turn: a window of one is empty after each
+            # part, with more to come (``while window`` would end the stream there).
             while len(window) < ctx.config.stream_prefetch:
                 byte_range = next(ranges, None)
                 if byte_range is None:
@@ -276,6 +340,8 @@ async def _prefetch(
                         response=None,
                     )
                 )
+            if not window:
+                break
             sink, task = window[0]
             while (item := await sink.queue.get()) is not _END:
                 if isinstance(item, BaseException):

@@ -15,6 +15,16 @@ from .work import cat_object, copy_one, copy_prefix, run
 
 _s3_url = converter(parse_s3_url)
 
+#: cp checks the files it writes; cat and ``cp -`` the bytes of a whole object as they
+#: pass (what is written cannot be taken back: a mismatch is the exit status).
+_validate_option = click.option(
+    "--validate",
+    type=click.Choice(["when_available", "required", "off"]),
+    default="when_available",
+    show_default=True,
+    help="Check S3's checksums when responses carry them, always (fail if not), or never.",
+)
+
 
 @cli.command()
 @click.argument("source", metavar="S3_URL", callback=_s3_url)
@@ -32,13 +42,7 @@ _s3_url = converter(parse_s3_url)
     show_default=True,
     help="How an object is discovered: a ranged GET first, or a HEAD first.",
 )
-@click.option(
-    "--validate",
-    type=click.Choice(["when_available", "required", "off"]),
-    default="when_available",
-    show_default=True,
-    help="Check S3's checksums when responses carry them, always (fail if not), or never.",
-)
+@_validate_option
 @click.option(
     "--json",
     "json_lines",
@@ -85,9 +89,8 @@ def cp(
     if dest == "-":
         if recursive:
             raise click.UsageError("--recursive cannot write to stdout ('-')", ctx=ctx)
-        for name, flag in (("strategy", "--strategy"), ("validate", "--validate")):
-            if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT:
-                raise click.UsageError(f"{flag} does not apply to stdout ('-')", ctx=ctx)
+        if ctx.get_parameter_source("strategy") is not click.core.ParameterSource.DEFAULT:
+            raise click.UsageError("--strategy does not apply to stdout ('-')", ctx=ctx)
         if json_lines:
             raise click.UsageError("--json cannot share stdout ('-') with the object", ctx=ctx)
         return cat_object(settings, source)
@@ -116,10 +119,12 @@ def cp(
 
 @cli.command()
 @click.argument("source", metavar="S3_URL", callback=_s3_url)
+@_validate_option
 @transfer_options
 def cat(
     *,
     source: S3Url,
+    validate: str,
     concurrency: int,
     chunk_size: int,
     endpoint_url: str | None,
@@ -129,13 +134,13 @@ def cat(
     """Write the object s3://BUCKET/KEY to stdout.
 
     Parts are fetched in parallel, a few ahead of what stdout has taken. The bytes
-    are not checked against S3's checksum (use cp for that); a download that fails
-    midway exits 1 after the bytes already written.
+    are checked against S3's checksum as they pass (--validate): a mismatch, or a
+    download that fails midway, exits 1 after the bytes already written.
     """
     settings = make_settings(
         concurrency=concurrency,
         chunk_size=chunk_size,
-        validate="off",
+        validate=validate,
         endpoint_url=endpoint_url,
         quiet=quiet,
         debug=debug,

@@ -100,6 +100,12 @@ async def _stream_to(settings: Settings, source: S3Url, sink: Any, output: Outpu
         except InvalidRequestError:
             raise
         except DownloadError as error:
+            # The bytes before the failure (a checksum mismatch: all of them) go out
+            # before the line that says they are not to be trusted.
+            try:
+                await asyncio.to_thread(sink.flush)
+            except BrokenPipeError:
+                _silence_stdout()
             output.count(error)
             return True
         except BrokenPipeError:
