@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -85,6 +86,8 @@ class TcpProxy:
         self._loop = asyncio.new_event_loop()
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
+        #: Every socket the proxy opened, client side and upstream, until collected.
+        self._transports: weakref.WeakSet[asyncio.WriteTransport] = weakref.WeakSet()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self.port = 0
 
@@ -140,33 +143,59 @@ class TcpProxy:
         self._loop.close()
 
     async def _start(self) -> int:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
         port: int = self._server.sockets[0].getsockname()[1]
         return port
 
     async def _stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
+        server = self._server
+        if server is not None:
+            # Stop accepting, and let the connections already accepted get their
+            # transports while the server is still open: asyncio (3.11) leaves the
+            # socket of one whose transport is made after the server closed unclosed.
+            loop = asyncio.get_running_loop()
+            for sock in server.sockets:
+                loop.remove_reader(sock.fileno())
+            for _ in range(100):  # each such task takes one or two loop turns
+                others = asyncio.all_tasks() - self._connections - {asyncio.current_task()}
+                if not others:
+                    break
+                await asyncio.sleep(0)
         await self._cancel_all()
+        if server is not None:
+            server.close()
 
     async def _cancel_all(self) -> None:
         # Connections accepted while others were being cancelled start new tasks:
         # repeat until none is left, then let the closed transports finish closing.
+        # Only the proxy's own connection tasks are cancelled: asyncio's task that
+        # wraps a just-accepted socket in a transport, cancelled before its first
+        # step, would never run and leave that socket open; it ends by itself.
         while tasks := [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]:
             for task in tasks:
-                task.cancel()
+                if task in self._connections:
+                    task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+        # A transport closed with bytes still buffered for a peer that stopped reading
+        # (a client that went away mid-body) waits for them forever: drop them, or its
+        # socket would outlive the loop and warn when collected.
+        for transport in list(self._transports):
+            transport.abort()
         for _ in range(3):
             await asyncio.sleep(0)
 
     # -- the relay ------------------------------------------------------------------
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        # Known from the moment it is accepted: a connection whose task is cancelled by
+        # the shutdown before its first step never runs _serve's cleanup.
+        self._transports.add(writer.transport)
         # asyncio holds connection tasks weakly; a strong reference keeps one whose
         # peer vanished from being collected mid-wait (and warning) before shutdown.
-        task = asyncio.current_task()
-        if task is not None:
-            self._connections.add(task)
-            task.add_done_callback(self._connections.discard)
+        task = asyncio.get_running_loop().create_task(self._serve(reader, writer))
+        self._connections.add(task)
+        task.add_done_callback(self._connections.discard)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while await self._one_exchange(reader, writer):
                 pass
@@ -177,6 +206,11 @@ class TcpProxy:
             pass
         finally:
             writer.close()
+
+    async def _connect_upstream(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        up_reader, up_writer = await asyncio.open_connection(*self.upstream)
+        self._transports.add(up_writer.transport)
+        return up_reader, up_writer
 
     async def _one_exchange(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
@@ -227,7 +261,7 @@ class TcpProxy:
             head = _replace_headers(head, fault.headers)
         if fault.before is not None:
             fault.before()
-        up_reader, up_writer = await asyncio.open_connection(*self.upstream)
+        up_reader, up_writer = await self._connect_upstream()
         try:
             up_writer.write(head + body)
             await up_writer.drain()
