@@ -14,6 +14,7 @@ import boto3
 import pytest
 from aiobotocore.config import AioConfig
 from aiobotocore.session import get_session
+from botocore.config import Config
 
 import asyncdl
 from asyncdl.testing.moto_server import moto_server
@@ -34,6 +35,18 @@ def s3_endpoint() -> Iterator[str]:
 def s3(s3_endpoint: str) -> Any:
     """A synchronous client straight to moto, for seeding and inspecting objects."""
     return boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1")
+
+
+@pytest.fixture(scope="session")
+def s3_without_checksums(s3_endpoint: str) -> Any:
+    """A client that stores objects with no checksum: boto3 adds a CRC32 to every put
+    unless told it is needed only when required."""
+    return boto3.client(
+        "s3",
+        endpoint_url=s3_endpoint,
+        region_name="us-east-1",
+        config=Config(request_checksum_calculation="when_required"),
+    )
 
 
 @pytest.fixture

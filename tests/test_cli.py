@@ -19,9 +19,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
-from botocore.config import Config
 from click.testing import CliRunner, Result
 
 from asyncdl.cli import cli
@@ -646,19 +644,13 @@ def test_demo_subcommand_runs_the_main_job(tmp_path: Path) -> None:
 
 
 def test_cp_validate_required_fails_what_it_cannot_verify(
-    s3: Any, s3_endpoint: str, bucket: str, proxy: TcpProxy, tmp_path: Path
+    s3: Any, s3_without_checksums: Any, bucket: str, proxy: TcpProxy, tmp_path: Path
 ) -> None:
     # One object stored with a checksum, one without (boto3 adds a CRC32 to every put
     # unless told otherwise): the second is fetched but not published, and the error
     # line says why; the exit status is 1.
     s3.put_object(Bucket=bucket, Key="p/sum", Body=payload(3 * CHUNK), ChecksumAlgorithm="CRC32")
-    plain = boto3.client(
-        "s3",
-        endpoint_url=s3_endpoint,
-        region_name="us-east-1",
-        config=Config(request_checksum_calculation="when_required"),
-    )
-    plain.put_object(Bucket=bucket, Key="p/none", Body=payload(3 * CHUNK))
+    s3_without_checksums.put_object(Bucket=bucket, Key="p/none", Body=payload(3 * CHUNK))
     dest = tmp_path / "dest"
     args = ["--chunk-size", "64KiB", "--validate", "required", "--json"]
     result = run(proxy, "cp", *args, "--recursive", f"s3://{bucket}/p", str(dest))

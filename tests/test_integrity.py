@@ -10,10 +10,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
 from awscrt import checksums as crt
-from botocore.config import Config
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -194,15 +192,9 @@ async def test_corruption_goes_unnoticed_when_validation_is_off(
 
 
 async def test_required_on_an_object_without_a_checksum(
-    s3_endpoint: str, bucket: str, proxy: TcpProxy, tmp_path: Path
+    s3_without_checksums: Any, bucket: str, proxy: TcpProxy, tmp_path: Path
 ) -> None:
-    plain = boto3.client(
-        "s3",
-        endpoint_url=s3_endpoint,
-        region_name="us-east-1",
-        config=Config(request_checksum_calculation="when_required"),
-    )
-    plain.put_object(Bucket=bucket, Key="k", Body=b"no checksum stored")
+    s3_without_checksums.put_object(Bucket=bucket, Key="k", Body=b"no checksum stored")
     config = asyncdl.TransferConfig(chunk_size=CHUNK, validate="required")
     async with make_client(proxy.url) as client, asyncdl.Engine(client, config=config) as engine:
         for strategy in ("get-first", "head-first"):

@@ -9,9 +9,7 @@ import gc
 from collections.abc import AsyncIterator
 from typing import Any
 
-import boto3
 import pytest
-from botocore.config import Config
 
 import asyncdl
 from asyncdl.testing.tcp_proxy import Fault, FaultRule, RequestRecord, TcpProxy
@@ -222,15 +220,9 @@ async def test_a_failed_head_under_required_is_the_error(
 
 @pytest.mark.parametrize("size", [ONE_CHUNK, SEVERAL])
 async def test_required_with_no_stored_checksum(
-    s3_endpoint: str, bucket: str, proxy: TcpProxy, size: int
+    s3_without_checksums: Any, bucket: str, proxy: TcpProxy, size: int
 ) -> None:
-    plain = boto3.client(
-        "s3",
-        endpoint_url=s3_endpoint,
-        region_name="us-east-1",
-        config=Config(request_checksum_calculation="when_required"),
-    )
-    plain.put_object(Bucket=bucket, Key="k", Body=payload(size))
+    s3_without_checksums.put_object(Bucket=bucket, Key="k", Body=payload(size))
     async with engine_with(proxy, "required", **ONE_AHEAD) as engine:
         stream = engine.stream(bucket, "k")
         with pytest.raises(asyncdl.ChecksumError, match="no stored checksum") as caught:

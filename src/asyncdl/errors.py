@@ -47,7 +47,8 @@ class ObjectChangedError(DownloadError):
 
 class ChecksumError(DownloadError):
     """The bytes do not match S3's checksum, or ``validate="required"`` could not
-    verify them. The target is left untouched."""
+    verify them. A download leaves its target untouched; a stream raises it after
+    the bytes it checked were yielded (discard what was kept of them)."""
 
     def __init__(self, message: str, *, bucket: str, key: str, mismatch: bool = True) -> None:
         super().__init__(message, bucket=bucket, key=key)
