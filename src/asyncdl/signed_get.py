@@ -23,10 +23,10 @@ stay with ``get_object``, whose check of whole-object bodies is then not lost.
 
 Anything else this cannot reproduce exactly falls back to ``get_object``: a signer
 other than SigV4 (SigV4a, S3 Express sessions), a non-aiohttp HTTP backend, and
-redirects. botocore follows a region
-redirect and remembers the bucket's region, so after one the bucket's templates are
-captured again, signed for that region; a bucket whose new template is redirected
-too sends its GETs with ``get_object`` from then on.
+redirects. botocore follows a region redirect and remembers the bucket's region, so
+after one the bucket's templates are captured again, signed for that region; a
+bucket whose new template is redirected too sends its GETs with ``get_object`` from
+then on.
 """
 
 from __future__ import annotations

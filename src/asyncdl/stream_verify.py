@@ -24,10 +24,9 @@ import contextlib
 from .checksums import ExpectedChecksum
 from .context import Context
 from .errors import ChecksumError, DownloadError, ObjectChangedError
-from .retry import with_retries
 from .running_checksum import RunningChecksum
 from .s3_source import ObjectMeta, S3Object
-from .verify import Verification
+from .verify import Verification, send_checksum_head, unverifiable
 
 _UNREAD = "the stream was not read to its end"
 
@@ -165,7 +164,7 @@ class StreamVerifier:
         if self._reason is not None:
             return Verification(_shown(expected), False, self._reason)
         if expected is None or self._running is None:
-            raise self._unverifiable("internal: no checksum to check the stream against")
+            raise unverifiable(self._obj, "internal: no checksum to check the stream against")
         actual = self._running.value(expected.algorithm)
         if actual == expected.value:
             # A multipart checksum of unsaid type that matches is FULL_OBJECT.
@@ -181,16 +180,7 @@ class StreamVerifier:
         )
 
     def _send_head(self, etag: str | None) -> None:
-        ctx, obj = self._ctx, self._obj
-        self._head = asyncio.create_task(
-            with_retries(
-                ctx.config,
-                lambda: obj.head(if_match=etag),
-                bucket=obj.bucket,
-                key=obj.key,
-                what="the checksum HEAD",
-            )
-        )
+        self._head = send_checksum_head(self._ctx.config, self._obj, etag)
         # A stream collected unread drops its HEAD without looking at the answer.
         self._head.add_done_callback(_retrieve)
 
@@ -235,7 +225,7 @@ class StreamVerifier:
     def _cannot_check(self, reason: str, expected: ExpectedChecksum | None) -> Verification:
         """Nothing can check the bytes: the error under ``"required"``, else the reason."""
         if self.policy == "required":
-            raise self._unverifiable(f"validate='required' cannot verify the stream: {reason}")
+            raise unverifiable(self._obj, f"validate='required' cannot verify the stream: {reason}")
         self._give_up(reason)
         return Verification(_shown(expected), False, reason)
 
@@ -247,10 +237,6 @@ class StreamVerifier:
         if self._running is not None:
             self._running.keep(None)
             self._running = None
-
-    def _unverifiable(self, message: str) -> ChecksumError:
-        obj = self._obj
-        return ChecksumError(message, bucket=obj.bucket, key=obj.key, mismatch=False)
 
 
 def _composite_reason(expected: ExpectedChecksum) -> str:

@@ -28,9 +28,9 @@ from .progress import ProgressCallback, Reporter
 from .request_args import ExtraArgs, check_bucket_and_key, check_extra_args, check_target_off_loop
 from .results import DownloadResult
 from .retry import logger, with_retries
-from .s3_source import ObjectMeta, Response, S3Object, normalize_etag
+from .s3_source import Response, S3Object, normalize_etag
 from .strategies import Discovery, Strategy, resolve_strategy
-from .verify import Verification, Verifier
+from .verify import Verification, Verifier, send_checksum_head
 from .writer import TempFile
 
 
@@ -188,7 +188,7 @@ async def _discover(ctx: Context, obj: S3Object, job: Job) -> Discovery:
     """
     head = None
     if _needs_checksum_head(ctx, job):
-        head = asyncio.create_task(_head_with_retries(ctx, obj, job.etag))
+        head = send_checksum_head(ctx.config, obj, job.etag)
     if job.size is not None and job.etag is not None:
         return Discovery(size=job.size, etag=job.etag, checksum_head=head)
     try:
@@ -209,7 +209,7 @@ async def _discover(ctx: Context, obj: S3Object, job: Job) -> Discovery:
         # The first answer's headers say more is to come: its ranged GETs carry no
         # checksum, so a HEAD asks for it now, alongside the fan-out, pinned to the
         # ETag the bytes are (it answers long before the parts do).
-        head = asyncio.create_task(_head_with_retries(ctx, obj, discovery.etag))
+        head = send_checksum_head(ctx.config, obj, discovery.etag)
     discovery.checksum_head = head
     return discovery
 
@@ -234,16 +234,6 @@ async def _discover_with_retries(ctx: Context, obj: S3Object, job: Job) -> Disco
         bucket=obj.bucket,
         key=obj.key,
         what="discovery",
-    )
-
-
-async def _head_with_retries(ctx: Context, obj: S3Object, etag: str | None) -> ObjectMeta:
-    return await with_retries(
-        ctx.config,
-        lambda: obj.head(if_match=etag),
-        bucket=obj.bucket,
-        key=obj.key,
-        what="the checksum HEAD",
     )
 
 

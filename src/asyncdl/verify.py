@@ -38,7 +38,9 @@ from .checksums import (
     every_crc,
     raw_crc,
 )
+from .config import TransferConfig
 from .errors import ChecksumError, DownloadError, ObjectChangedError
+from .retry import with_retries
 from .s3_source import ObjectMeta, S3Object
 from .writer import TempFile
 
@@ -147,7 +149,7 @@ class Verifier:
         raise now, before any more bytes are fetched in vain."""
         expected = self.expected
         if self.policy == "required" and expected is not None and not expected.maybe_full:
-            raise _unverifiable(obj, f"cannot verify: {self.parts_reason}")
+            raise unverifiable(obj, f"cannot verify: {self.parts_reason}")
 
     async def abandon(self) -> None:
         """The download failed: stop the checksum HEAD, if one is in flight."""
@@ -218,7 +220,7 @@ class Verifier:
             return Verification(None, False, "validation is off")
         if expected is None:
             if self.policy == "required":
-                raise _unverifiable(
+                raise unverifiable(
                     obj,
                     "the object has no stored checksum, so validate='required' cannot "
                     "verify it (upload it with a ChecksumAlgorithm, or relax the policy)",
@@ -242,7 +244,7 @@ class Verifier:
         assert self.combiner is not None
         actual = self.combiner.value(temp.size)
         if actual is None:  # a part fed no CRC: a bug, never a pass
-            raise _unverifiable(obj, "internal: not every byte was checksummed")
+            raise unverifiable(obj, "internal: not every byte was checksummed")
         return actual
 
     async def _finish_composite(
@@ -261,7 +263,7 @@ class Verifier:
                 "the object was fetched without PartNumber GETs, so it cannot be checked"
             )
             if self.policy == "required":
-                raise _unverifiable(obj, f"cannot verify: {reason}")
+                raise unverifiable(obj, f"cannot verify: {reason}")
             return Verification(str(expected), False, reason)
         algorithm = expected.algorithm
         raw: list[bytes] = []
@@ -269,7 +271,7 @@ class Verifier:
         for number in sorted(self._numbered):
             start, end, theirs = self._numbered[number]
             if number != len(raw) + 1 or start != position:
-                raise _unverifiable(obj, f"internal: upload part {number} does not follow on")
+                raise unverifiable(obj, f"internal: upload part {number} does not follow on")
             position = end
             if algorithm in CRC_ALGORITHMS:
                 crc = self._part_crcs.get(start)
@@ -291,7 +293,7 @@ class Verifier:
                 )
             raw.append(ours)
         if position != temp.size:
-            raise _unverifiable(obj, "internal: the upload parts do not cover the object")
+            raise unverifiable(obj, "internal: the upload parts do not cover the object")
         actual = composite_of(algorithm, raw)
         if actual != expected.value:
             raise obj.error(
@@ -302,6 +304,22 @@ class Verifier:
         return Verification(str(ExpectedChecksum(algorithm, expected.value, len(raw))), True, None)
 
 
-def _unverifiable(obj: S3Object, message: str) -> ChecksumError:
+def send_checksum_head(
+    config: TransferConfig, obj: S3Object, etag: str | None
+) -> asyncio.Task[ObjectMeta]:
+    """The HEAD that brings S3's checksum (``ChecksumMode``; ``If-Match`` ``etag``, the
+    version the bytes are), retried like any request, sent now and not waited for."""
+    return asyncio.create_task(
+        with_retries(
+            config,
+            lambda: obj.head(if_match=etag),
+            bucket=obj.bucket,
+            key=obj.key,
+            what="the checksum HEAD",
+        )
+    )
+
+
+def unverifiable(obj: S3Object, message: str) -> ChecksumError:
     """Not a mismatch: the bytes could not be checked (no fresh attempt would help)."""
     return ChecksumError(message, bucket=obj.bucket, key=obj.key, mismatch=False)

@@ -279,7 +279,9 @@ class TempFile:
         Once called, it runs to the end: a cancellation (or timeout) that lands
         meanwhile waits for it, then goes on; :attr:`published` tells whether the
         target was replaced."""
-        step = asyncio.ensure_future(_commit(self) if self.opened else _publish(self))
+        # A plain executor future, as aiofiles' wrappers use: no task made per object.
+        work = self._commit_sync if self.opened else self._publish_sync
+        step = asyncio.get_running_loop().run_in_executor(None, work)
         try:
             await asyncio.shield(step)
         except asyncio.CancelledError:
@@ -418,5 +420,3 @@ _write = wrap(TempFile._write_sync)
 _write_crc = wrap(TempFile._write_crc_sync)
 _digest = wrap(TempFile._digest_sync)
 _crc = wrap(TempFile._crc_sync)
-_commit = wrap(TempFile._commit_sync)
-_publish = wrap(TempFile._publish_sync)
