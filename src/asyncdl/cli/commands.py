@@ -1,5 +1,9 @@
 """The commands: ``cp`` (one object, or ``--recursive`` a prefix), ``cat`` and ``demo``;
-each parses its arguments into settings and hands on to ``work``."""
+each parses its arguments into settings and hands on to ``work``.
+
+``work`` (and with it the engine, aiobotocore, aiohttp) is imported only once the
+arguments are good: ``--help`` and a usage error print in a blink.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +12,9 @@ from pathlib import Path, PurePosixPath
 
 import click
 
-from .app import cli, make_settings, transfer_options
+from .app import Settings, cli, make_settings, transfer_options
 from .output import Output
-from .params import S3Url, converter, parse_s3_url
-from .work import cat_object, copy_one, copy_prefix, run
+from .params import S3Url, check_s3_url, converter, parse_s3_url
 
 _s3_url = converter(parse_s3_url)
 
@@ -93,9 +96,12 @@ def cp(
             raise click.UsageError("--strategy does not apply to stdout ('-')", ctx=ctx)
         if json_lines:
             raise click.UsageError("--json cannot share stdout ('-') with the object", ctx=ctx)
-        return cat_object(settings, source)
+        return _cat(settings, source, ctx)
     if recursive:
         root = _dest_dir(dest, ctx)
+        _check_url(source, ctx)
+        from .work import copy_prefix, run  # noqa: PLC0415 - see the module's docstring
+
         # "s3://b/logs" means the folder logs/, as "cp -r logs" would: without the
         # slash the prefix would also match logs2/ and land it as DEST/2/... .
         prefix = source.key if not source.key or source.key.endswith("/") else source.key + "/"
@@ -111,6 +117,9 @@ def cp(
             output.note(f"no objects under s3://{source.bucket}/{prefix}")
         return output.summary(complete=complete)
     target = _dest_file(source, dest, ctx)
+    _check_url(source, ctx)
+    from .work import copy_one, run  # noqa: PLC0415 - see the module's docstring
+
     output = Output(objects=1, quiet=quiet, json_lines=json_lines, debug=debug)
     with output:
         run(copy_one(settings, source, target, strategy, output), debug)
@@ -121,7 +130,9 @@ def cp(
 @click.argument("source", metavar="S3_URL", callback=_s3_url)
 @_validate_option
 @transfer_options
+@click.pass_context
 def cat(
+    ctx: click.Context,
     *,
     source: S3Url,
     validate: str,
@@ -145,7 +156,25 @@ def cat(
         quiet=quiet,
         debug=debug,
     )
+    return _cat(settings, source, ctx)
+
+
+def _cat(settings: Settings, source: S3Url, ctx: click.Context) -> int:
+    if not source.key:
+        raise click.UsageError(f"{source} names no object")
+    _check_url(source, ctx)
+    from .work import cat_object  # noqa: PLC0415 - see the module's docstring
+
     return cat_object(settings, source)
+
+
+def _check_url(source: S3Url, ctx: click.Context) -> None:
+    """The engine's rules for the bucket and key (see ``check_s3_url``), as a bad S3_URL."""
+    try:
+        check_s3_url(source)
+    except ValueError as exc:
+        param = next(param for param in ctx.command.params if param.name == "source")
+        raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
 
 
 @cli.command(
