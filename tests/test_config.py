@@ -59,8 +59,8 @@ def test_bounds_are_inclusive() -> None:
 def test_all_matches_public_names() -> None:
     public = {
         name
-        for name, value in vars(asyncdl).items()
-        if not name.startswith("_") and not isinstance(value, types.ModuleType)
+        for name in dir(asyncdl)  # vars() holds only the names used so far (they are lazy)
+        if not name.startswith("_") and not isinstance(getattr(asyncdl, name), types.ModuleType)
     }
     assert sorted(asyncdl.__all__) == asyncdl.__all__
     assert set(asyncdl.__all__) == public

@@ -1,28 +1,32 @@
-"""asyncdl: an asyncio engine for downloading objects from S3 and S3-compatible stores."""
+"""asyncdl: an asyncio engine for downloading objects from S3 and S3-compatible stores.
 
-from importlib import metadata as _metadata
+A public name's module is imported when the name is first used (PEP 562), so
+``import asyncdl`` and the command's ``--help`` do not pay for aiobotocore, aiohttp
+and botocore (about a third of a second) until something downloads.
+"""
 
-from .api import download
-from .bulk import DownloadRequest
-from .config import TransferConfig
-from .engine import Engine
-from .errors import (
-    AccessDeniedError,
-    ChecksumError,
-    DownloadError,
-    InvalidRequestError,
-    ObjectChangedError,
-    ObjectNotFoundError,
-)
-from .results import DownloadResult
-from .strategies import GetFirst, HeadFirst, Strategy
-from .streaming import ObjectStream
+import importlib
+import typing
 
-try:
+if typing.TYPE_CHECKING:  # what type checkers and IDEs see: the names, imported as usual
+    from .api import download
+    from .bulk import DownloadRequest
+    from .config import TransferConfig
+    from .engine import Engine
+    from .errors import (
+        AccessDeniedError,
+        ChecksumError,
+        DownloadError,
+        InvalidRequestError,
+        ObjectChangedError,
+        ObjectNotFoundError,
+    )
+    from .results import DownloadResult
+    from .strategies import GetFirst, HeadFirst, Strategy
+    from .streaming import ObjectStream
+
     #: The installed version: pyproject.toml's, as pip recorded it (one source of truth).
-    __version__: str = _metadata.version("asyncdl")
-except _metadata.PackageNotFoundError:  # a source tree imported without being installed
-    __version__ = "0+unknown"
+    __version__: str
 
 __all__ = [
     "AccessDeniedError",
@@ -41,3 +45,47 @@ __all__ = [
     "TransferConfig",
     "download",
 ]
+
+#: The module behind each public name.
+_MODULES = {
+    "AccessDeniedError": "errors",
+    "ChecksumError": "errors",
+    "DownloadError": "errors",
+    "DownloadRequest": "bulk",
+    "DownloadResult": "results",
+    "Engine": "engine",
+    "GetFirst": "strategies",
+    "HeadFirst": "strategies",
+    "InvalidRequestError": "errors",
+    "ObjectChangedError": "errors",
+    "ObjectNotFoundError": "errors",
+    "ObjectStream": "streaming",
+    "Strategy": "strategies",
+    "TransferConfig": "config",
+    "download": "api",
+}
+
+
+def _version() -> str:
+    from importlib import metadata  # noqa: PLC0415 - ~20 ms that only --version needs
+
+    try:
+        return metadata.version("asyncdl")
+    except metadata.PackageNotFoundError:  # a source tree imported without being installed
+        return "0+unknown"
+
+
+if not typing.TYPE_CHECKING:  # hidden from type checkers, which would let any name through
+
+    def __getattr__(name: str) -> object:
+        if name == "__version__":
+            value: object = _version()
+        elif name in _MODULES:
+            value = getattr(importlib.import_module(f".{_MODULES[name]}", __name__), name)
+        else:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        globals()[name] = value  # found once: later uses are plain attribute reads
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted({*globals(), *__all__, "__version__"})

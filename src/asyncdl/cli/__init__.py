@@ -15,9 +15,14 @@ commands, ``work`` what they run, ``params`` what the arguments accept and
 
 from __future__ import annotations
 
+from importlib.util import find_spec
+
 try:
     import click  # noqa: F401 - checked here so a missing extra fails with one clear line
-    import rich  # noqa: F401
+
+    # rich is only found, not imported: the progress bar imports it when it is drawn.
+    if find_spec("rich") is None:
+        raise ModuleNotFoundError("No module named 'rich'", name="rich")
 except ModuleNotFoundError as missing:  # pragma: no cover - depends on the install
     raise SystemExit(
         f"asyncdl: the command line needs the 'cli' extra ({missing.name} is not installed): "

@@ -10,7 +10,6 @@ from typing import Any, TypeVar
 
 import click
 
-from .. import __version__
 from ..config import MAX_CHUNK_SIZE, MIN_CHUNK_SIZE, TransferConfig
 from .params import converter, parse_endpoint_url, parse_size
 
@@ -68,8 +67,26 @@ class _Cli(click.Group):
         sys.exit(status if isinstance(status, int) else 0)
 
 
+def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    # click's version_option takes the version when the group is defined, that is on
+    # every run; reading the package's metadata costs ~20 ms, so only --version does.
+    if not value or ctx.resilient_parsing:
+        return
+    from .. import __version__  # noqa: PLC0415 - see above
+
+    click.echo(f"asyncdl, version {__version__}")
+    ctx.exit()
+
+
 @click.group(cls=_Cli, name="asyncdl")
-@click.version_option(version=__version__, prog_name="asyncdl")
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_print_version,
+    help="Show the version and exit.",
+)
 def cli() -> None:
     """Download objects from S3 and S3-compatible stores.
 

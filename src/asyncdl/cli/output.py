@@ -2,8 +2,8 @@
 
 stdout carries results only (``download: ...`` lines, or JSON Lines with ``--json``),
 so it can be piped; errors, the summary and the progress bar go to stderr. The bar
-is drawn only when stderr is a terminal (and not ``--quiet``): in a pipe or a log it
-would be noise.
+is drawn (by ``bar``) only when stderr is a terminal (and not ``--quiet``): in a pipe
+or a log it would be noise.
 """
 
 from __future__ import annotations
@@ -12,21 +12,13 @@ import json
 import sys
 import traceback
 from types import TracebackType
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import click
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-    TransferSpeedColumn,
-)
 
-from ..results import DownloadResult
+if TYPE_CHECKING:
+    from ..results import DownloadResult
+    from .bar import Bar
 
 
 def result_json(result: DownloadResult) -> dict[str, Any]:
@@ -79,26 +71,15 @@ class Output:
         self.failed = 0
         if bar is None:
             bar = not quiet and sys.stderr.isatty()
-        self._progress: Progress | None = None
-        self._task = TaskID(0)
+        self._bar: Bar | None = None
         if bar:
-            self._progress = Progress(
-                TextColumn("{task.description}"),
-                BarColumn(),
-                DownloadColumn(binary_units=True),
-                TransferSpeedColumn(),
-                TimeElapsedColumn(),
-                console=Console(file=sys.stderr),
-                # Lines printed while the bar runs go through print_line, which puts
-                # them above it; redirecting stdout would move results to stderr.
-                redirect_stdout=False,
-                redirect_stderr=False,
-            )
-            self._task = self._progress.add_task(self._objects_text(), total=None)
+            from .bar import Bar  # noqa: PLC0415 - rich, imported only to draw a bar
+
+            self._bar = Bar(self._objects_text())
 
     def __enter__(self) -> Output:
-        if self._progress is not None:
-            self._progress.start()
+        if self._bar is not None:
+            self._bar.start()
         return self
 
     def __exit__(
@@ -107,24 +88,20 @@ class Output:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._progress is None:
-            return
-        if exc is None:  # a bar without a total (a listing's) ends full, not pulsing
-            task = self._progress.tasks[0]
-            self._progress.update(self._task, total=task.total or task.completed)
-        self._progress.stop()
+        if self._bar is not None:
+            self._bar.stop(full=exc is None)
 
     @property
     def bar_shown(self) -> bool:
-        return self._progress is not None
+        return self._bar is not None
 
     def progress(self, delta: int, total: int) -> None:
         """The engine's progress callback: bytes written (negative: discarded)."""
-        if self._progress is None:
+        if self._bar is None:
             return
         # One object's total is the bar's total; with many, the listing has not told
         # us theirs, so the bar counts bytes without one.
-        self._progress.update(self._task, advance=delta, total=total if self.objects == 1 else None)
+        self._bar.advance(delta, total if self.objects == 1 else None)
 
     def finished(self, result: DownloadResult) -> None:
         """One object done: its line (or JSON), and its error on stderr."""
@@ -141,18 +118,17 @@ class Output:
         if error is not None:
             self.failed += 1
             self.error(error)
-        if self._progress is not None:
-            self._progress.update(self._task, description=self._objects_text())
+        if self._bar is not None:
+            self._bar.describe(self._objects_text())
 
     def error(self, error: BaseException) -> None:
-        if self._progress is None:
+        if self._bar is None:
             print_error(error, debug=self.debug)
             return
-        # Through the bar's console (stderr), so the line lands above the bar.
+        # Through the bar (stderr), so the line lands above it.
         if self.debug:
-            trace = "".join(traceback.format_exception(error)).rstrip()
-            self._progress.console.out(trace, highlight=False)
-        self._progress.console.out(f"error: {error}", highlight=False)
+            self._bar.out("".join(traceback.format_exception(error)).rstrip())
+        self._bar.out(f"error: {error}")
 
     def note(self, text: str) -> None:
         """A remark for the person at the terminal (stderr; silenced by ``--quiet``)."""
@@ -160,9 +136,9 @@ class Output:
             self.print_line(text, sys.stderr)
 
     def print_line(self, text: str, stream: IO[str]) -> None:
-        if self._progress is not None and stream.isatty():
+        if self._bar is not None and stream.isatty():
             # The same terminal as the bar: print above it, not through it.
-            self._progress.console.out(text, highlight=False)
+            self._bar.out(text)
         else:
             click.echo(text, file=stream)
 

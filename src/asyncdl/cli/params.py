@@ -15,9 +15,6 @@ from urllib.parse import urlsplit
 
 import click
 
-from ..errors import InvalidRequestError
-from ..request_args import check_bucket_and_key
-
 _T = TypeVar("_T")
 
 
@@ -38,13 +35,26 @@ def parse_s3_url(text: str) -> S3Url:
     bucket, _, key = text[len("s3://") :].partition("/")
     if not bucket:
         raise ValueError(f"{text!r} names no bucket (expected s3://bucket/key)")
+    return S3Url(bucket, key)
+
+
+def check_s3_url(url: S3Url) -> None:
+    """Raise ``ValueError`` if ``url`` breaks the engine's rules for a bucket name or a
+    key's length.
+
+    Not part of :func:`parse_s3_url`: the rules live with the engine, whose imports
+    (aiohttp, botocore: a third of a second) ``--help`` and a mistyped option should not
+    pay for. A command checks once all its arguments are parsed, before it sends anything.
+    """
+    from ..errors import InvalidRequestError  # noqa: PLC0415 - see above
+    from ..request_args import check_bucket_and_key  # noqa: PLC0415
+
     try:
-        # The engine's own bucket rule; the key is checked per command (a prefix may
-        # be empty), so any non-empty stand-in will do here.
-        check_bucket_and_key(bucket, key or "-")
+        # The key is checked per command (a prefix may be empty), so any non-empty
+        # stand-in will do here.
+        check_bucket_and_key(url.bucket, url.key or "-")
     except InvalidRequestError as exc:
         raise ValueError(exc.message) from None
-    return S3Url(bucket, key)
 
 
 # SI units are powers of 1000, IEC units powers of 1024, as their names say; a bare

@@ -69,8 +69,6 @@ async def copy_prefix(
 
 
 def cat_object(settings: Settings, source: S3Url) -> int:
-    if not source.key:
-        raise click.UsageError(f"{source} names no object")
     stdout = sys.stdout.buffer
     # No bar when stdout is the terminal: the object's bytes and the bar would mix.
     output = Output(
