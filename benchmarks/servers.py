@@ -80,8 +80,8 @@ def serve(stack: ExitStack, server: str, part_gets: bool, scratch: str | None) -
     return Server(endpoint, f"{server} ({parts}; in the benchmark's process)")
 
 
-def s3rver_script() -> Path:
-    """s3rver's entry point, installed with npm into the cache on first use."""
+def s3rver_command() -> list[str]:
+    """node and s3rver's entry point, installed with npm into the cache on first use."""
     node, npm = shutil.which("node"), shutil.which("npm")
     if node is None or npm is None:
         raise SystemExit(
@@ -96,7 +96,7 @@ def s3rver_script() -> Path:
         home.mkdir(parents=True, exist_ok=True)
         command = [npm, "install", "--prefix", str(home), "--no-audit", "--no-fund"]
         subprocess.run([*command, f"s3rver@{S3RVER_VERSION}"], check=True)
-    return script
+    return [node, str(script)]
 
 
 @contextlib.contextmanager
@@ -104,13 +104,13 @@ def s3rver(scratch: str | None) -> Iterator[Server]:
     """s3rver on a free loopback port, with a fresh data directory removed after."""
     from asyncdl.testing.moto_server import free_port  # noqa: PLC0415
 
-    script = s3rver_script()
+    node_script = s3rver_command()
     # The clients (worker subprocesses included) sign with s3rver's credentials.
     os.environ.update(S3RVER_ENV)
     os.environ.pop("AWS_SESSION_TOKEN", None)
     data = Path(tempfile.mkdtemp(prefix="s3rver-", dir=scratch))
     port = free_port()
-    command = ["node", str(script), "-d", str(data), "-a", "127.0.0.1", "-p", str(port), "-s"]
+    command = [*node_script, "-d", str(data), "-a", "127.0.0.1", "-p", str(port), "-s"]
     with tempfile.TemporaryFile() as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
         try:
