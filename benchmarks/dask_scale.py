@@ -29,7 +29,9 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
-from batch import asyncdl_source, file_name, key_name, parse_size, process_cpu, seed, verify
+from batch import asyncdl_source, parse_size, verify
+from peers import file_name, key_name, process_cpu
+from servers import Seeding, seed
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -147,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         endpoint, moto_pid = stack.enter_context(moto_process())
         proxy = stack.enter_context(TcpProxy.for_url(endpoint, rtt_ms=args.rtt_ms))
         bucket = f"asyncdl-dask-{secrets.token_hex(4)}"
-        digests = asyncio.run(seed(endpoint, bucket, args.objects, args.size))
+        digests = asyncio.run(seed(endpoint, bucket, args.objects, Seeding(args.size)))
         print(
             f"seeded {args.objects} x {args.size} B; asyncdl at {asyncdl_source()}; "
             f"{os.cpu_count()} CPUs"

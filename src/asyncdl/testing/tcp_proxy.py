@@ -2,24 +2,32 @@
 
 It sits between an S3 client and a server and, per request: records it (method,
 path, headers), counts requests in flight, adds latency, and can apply a fault
-(answer with an error status, delay, cut the body after N bytes, stall, reset).
-It runs its own event loop in a thread, so synchronous clients (boto3) can use it
-as well as asyncio ones.
+(answer with an error status, delay, cut the body after N bytes, stall, reset),
+and can cap each connection's bandwidth. It runs its own event loop in a thread,
+so synchronous clients (boto3) can use it as well as asyncio ones.
 
 Upstream connections are opened per request and the client side is kept alive:
 moto's server closes every connection, S3 does not, and a benchmark through the
 proxy should pay for handshakes as it would against S3.
+
+``bandwidth`` caps the response bodies each client connection receives, in bytes
+per second, with a token bucket of its own per connection (kept across its
+requests): S3 gives one connection roughly 90 MB/s, so a large download is fast by
+its parallel connections, and a benchmark on loopback (gigabytes per second per
+connection) would not show it otherwise. Request bodies are not capped.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
+import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 _MAX_HEAD = 64 * 1024
+_CHUNK = 65536
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +75,30 @@ class Fault:
 FaultRule = Callable[[RequestRecord], Fault | None]
 
 
+class _TokenBucket:
+    """``rate`` bytes per second, as one connection's link would carry them.
+
+    It starts empty and holds at most ``burst`` bytes of credit (what a connection idle
+    between requests may send at once), so ``n`` bytes sent from a fresh bucket take at
+    least ``n / rate`` seconds. A sender that runs ahead sleeps off its debt: one timer
+    per chunk, never a busy loop.
+    """
+
+    def __init__(self, rate: float, burst: int = _CHUNK) -> None:
+        self.rate = rate
+        self.burst = burst
+        self._tokens = 0.0
+        self._stamp = time.monotonic()
+
+    async def take(self, count: int) -> None:
+        now = time.monotonic()
+        self._tokens = min(self.burst, self._tokens + (now - self._stamp) * self.rate)
+        self._stamp = now
+        self._tokens -= count
+        if self._tokens < 0:
+            await asyncio.sleep(-self._tokens / self.rate)
+
+
 @dataclass
 class _Stats:
     requests: list[RequestRecord] = field(default_factory=list)
@@ -77,9 +109,20 @@ class _Stats:
 class TcpProxy:
     """Use as a context manager; ``url`` is the endpoint to give clients."""
 
-    def __init__(self, upstream_host: str, upstream_port: int, *, rtt_ms: float = 0.0) -> None:
+    def __init__(
+        self,
+        upstream_host: str,
+        upstream_port: int,
+        *,
+        rtt_ms: float = 0.0,
+        bandwidth: float | None = None,
+    ) -> None:
+        if bandwidth is not None and not bandwidth > 0:
+            raise ValueError(f"bandwidth must be a positive number of bytes/s, not {bandwidth!r}")
         self.upstream = (upstream_host, upstream_port)
         self.rtt = rtt_ms / 1000.0
+        #: Response body bytes per second per client connection (None: uncapped).
+        self.bandwidth = bandwidth
         self.rule: FaultRule | None = None
         self._stats = _Stats()
         self._lock = threading.Lock()
@@ -92,10 +135,10 @@ class TcpProxy:
         self.port = 0
 
     @classmethod
-    def for_url(cls, url: str, *, rtt_ms: float = 0.0) -> TcpProxy:
+    def for_url(cls, url: str, *, rtt_ms: float = 0.0, bandwidth: float | None = None) -> TcpProxy:
         host_port = url.split("://", 1)[1].rstrip("/")
         host, port = host_port.rsplit(":", 1)
-        return cls(host, int(port), rtt_ms=rtt_ms)
+        return cls(host, int(port), rtt_ms=rtt_ms, bandwidth=bandwidth)
 
     @property
     def url(self) -> str:
@@ -196,8 +239,11 @@ class TcpProxy:
         task.add_done_callback(self._connections.discard)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        # One bucket per client connection, kept across its requests, as a TCP
+        # connection's share of a real network would be.
+        down = None if self.bandwidth is None else _TokenBucket(self.bandwidth)
         try:
-            while await self._one_exchange(reader, writer):
+            while await self._one_exchange(reader, writer, down):
                 pass
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
             pass
@@ -213,7 +259,10 @@ class TcpProxy:
         return up_reader, up_writer
 
     async def _one_exchange(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        down: _TokenBucket | None = None,
     ) -> bool:
         """Relay one request and its response; return whether the client stays open."""
         try:
@@ -231,7 +280,7 @@ class TcpProxy:
             stats.in_flight += 1
             stats.max_in_flight = max(stats.max_in_flight, stats.in_flight)
         try:
-            return await self._relay(head, body, method, fault, writer)
+            return await self._relay(head, body, method, fault, writer, down=down)
         finally:
             with self._lock:
                 stats.in_flight -= 1
@@ -243,6 +292,8 @@ class TcpProxy:
         method: str,
         fault: Fault | None,
         writer: asyncio.StreamWriter,
+        *,
+        down: _TokenBucket | None = None,
     ) -> bool:
         fault = fault or Fault()
         if fault.reset:
@@ -276,31 +327,46 @@ class TcpProxy:
                 response_head = _replace_headers(response_head, fault.response_headers)
             writer.write(_rewrite_head(response_head, keep_alive))
             remaining = int(length) if length is not None else -1
-            sent = 0
-            while remaining != 0:
-                chunk = await up_reader.read(min(65536, remaining) if remaining > 0 else 65536)
-                if not chunk:
-                    break
-                if fault.corrupt_at is not None and sent <= fault.corrupt_at < sent + len(chunk):
-                    index = fault.corrupt_at - sent
-                    chunk = chunk[:index] + bytes([chunk[index] ^ 0xFF]) + chunk[index + 1 :]
-                if fault.cut_after is not None and sent + len(chunk) >= fault.cut_after:
-                    writer.write(chunk[: fault.cut_after - sent])
-                    await writer.drain()
-                    if fault.stall:
-                        await asyncio.sleep(fault.stall)
-                    # A graceful close delivers what was sent, then EOF: a short body.
-                    # (abort() would drop bytes still buffered, headers included.)
-                    writer.close()
-                    return False
-                writer.write(chunk)
-                await writer.drain()
-                sent += len(chunk)
-                if remaining > 0:
-                    remaining -= len(chunk)
-            return keep_alive and remaining == 0
+            whole = await _relay_body(up_reader, writer, remaining, fault, down)
+            return keep_alive and whole
         finally:
             up_writer.close()
+
+
+async def _relay_body(
+    up_reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    remaining: int,
+    fault: Fault,
+    down: _TokenBucket | None,
+) -> bool:
+    """Relay ``remaining`` body bytes (-1: until EOF) with the fault's edits; return
+    whether the body went out whole (False when cut, or its length was not known)."""
+    sent = 0
+    while remaining != 0:
+        chunk = await up_reader.read(min(_CHUNK, remaining) if remaining > 0 else _CHUNK)
+        if not chunk:
+            break
+        if down is not None:
+            await down.take(len(chunk))
+        if fault.corrupt_at is not None and sent <= fault.corrupt_at < sent + len(chunk):
+            index = fault.corrupt_at - sent
+            chunk = chunk[:index] + bytes([chunk[index] ^ 0xFF]) + chunk[index + 1 :]
+        if fault.cut_after is not None and sent + len(chunk) >= fault.cut_after:
+            writer.write(chunk[: fault.cut_after - sent])
+            await writer.drain()
+            if fault.stall:
+                await asyncio.sleep(fault.stall)
+            # A graceful close delivers what was sent, then EOF: a short body.
+            # (abort() would drop bytes still buffered, headers included.)
+            writer.close()
+            return False
+        writer.write(chunk)
+        await writer.drain()
+        sent += len(chunk)
+        if remaining > 0:
+            remaining -= len(chunk)
+    return remaining == 0
 
 
 async def _error_reply(status: int, code: str, method: str, writer: asyncio.StreamWriter) -> None:

