@@ -39,12 +39,11 @@ from xml.etree import ElementTree
 
 from aiobotocore.httpsession import AIOHTTPSession
 from aiobotocore.response import AioStreamingBody
-from botocore.auth import S3SigV4Auth
-from botocore.awsrequest import AWSRequest
 from botocore.exceptions import ClientError
 from botocore.utils import percent_encode
 
 from .request_args import ExtraArgs
+from .sigv4 import Signer
 
 _SENTINEL = "asyncdl-template-7f3a9c"
 # Headers the signer sets per request, or that are unique per request.
@@ -52,7 +51,6 @@ _PER_REQUEST = frozenset(
     {
         "authorization",
         "x-amz-date",
-        "x-amz-content-sha256",
         "x-amz-security-token",
         "amz-sdk-invocation-id",
         "range",
@@ -92,6 +90,8 @@ class GetTemplate:
     scope: tuple[str, str] | None
     #: Captured after a GET of this bucket was redirected (botocore knew its region).
     after_redirect: bool = False
+    #: Signs each GET as botocore would (``None`` with ``scope``).
+    signer: Signer | None = None
 
     def __repr__(self) -> str:
         # The headers may carry the SSE-C key: a template must be safe to log.
@@ -110,6 +110,22 @@ class RawResponse:
     status: int
     headers: Mapping[str, str]
     body: Any
+
+
+class _Request:
+    """What aiobotocore's ``AIOHTTPSession.send`` reads of a prepared request: the
+    session keeps its proxies, timeouts, pool and error mapping; nothing is built
+    that it would not read."""
+
+    __slots__ = ("context", "headers", "method", "url")
+    body = None
+    stream_output = True
+
+    def __init__(self, method: str, url: str, headers: dict[str, str]) -> None:
+        self.method = method
+        self.url = url
+        self.headers = headers
+        self.context: dict[str, Any] = {}
 
 
 class SignedGets:
@@ -224,20 +240,24 @@ class SignedGets:
         part_number: int | None = None,
     ) -> RawResponse:
         headers = dict(template.headers)
+        extra: dict[str, str] = {}
         if range_header is not None:
-            headers["Range"] = range_header
+            extra["Range"] = range_header
         if if_match is not None:
-            headers["If-Match"] = if_match
-        url = template.url_prefix + percent_encode(key, safe="/~") + template.url_suffix
+            extra["If-Match"] = if_match
+        headers.update(extra)
+        encoded_key = percent_encode(key, safe="/~")
+        url = template.url_prefix + encoded_key + template.url_suffix
         if part_number is not None:
             url += f"{'&' if '?' in url else '?'}partNumber={part_number}"
-        request = AWSRequest(method="GET", url=url, headers=headers)
-        request.stream_output = True
-        if template.scope is not None:
+        if template.signer is not None:
             credentials = await self._credentials.get_frozen_credentials()
-            region, service = template.scope
-            S3SigV4Auth(credentials, service, region).add_auth(request)
-        response = await self._session.send(request.prepare())
+            headers.update(
+                template.signer.sign(
+                    "GET", encoded_key, credentials, extra=extra, part_number=part_number
+                )
+            )
+        response = await self._session.send(_Request("GET", url, headers))
         status: int = response.status_code
         if status < 300:
             length = int(response.headers.get("content-length", 0))
@@ -272,12 +292,25 @@ def _template_from(request: Any, *, after_redirect: bool) -> GetTemplate | None:
             return None
         scope = (parts[2], parts[3])
     kept = tuple((n, v) for n, v in headers.items() if n.lower() not in _PER_REQUEST)
+    signer = None
+    if scope is not None:
+        payload_hash = lowered.get("x-amz-content-sha256")
+        if payload_hash is None:
+            return None  # not S3SigV4Auth's request: nothing here would sign it the same
+        signer = Signer(
+            url_prefix=prefix,
+            url_suffix=suffix,
+            headers=kept,
+            payload_hash=payload_hash,
+            scope=scope,
+        )
     return GetTemplate(
         url_prefix=prefix,
         url_suffix=suffix,
         headers=kept,
         scope=scope,
         after_redirect=after_redirect,
+        signer=signer,
     )
 
 
