@@ -268,7 +268,7 @@ async def test_a_capture_that_fails_after_the_cache_was_cleared(
     assert signed is not None
     started, fail = asyncio.Event(), asyncio.Event()
 
-    async def capture(bucket: str, extra_args: Any) -> None:
+    async def capture(bucket: str, extra_args: Any, operation: str) -> None:
         if bucket == "slow":
             started.set()
             await fail.wait()

@@ -64,7 +64,9 @@ class Signer:
         self._path_prefix = origin.path
         path_suffix, _, query = url_suffix.partition("?")
         self._path_suffix = path_suffix
-        self._query = [tuple(pair.partition("=")[::2]) for pair in query.split("&")] if query else []
+        self._query = (
+            [tuple(pair.partition("=")[::2]) for pair in query.split("&")] if query else []
+        )
         fixed: dict[str, str] = {}
         for name, value in headers:
             lname = name.lower()
