@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from asyncdl import writer
+from asyncdl import quick_io, writer
 from asyncdl.writer import TEMP_RUN, TempFile, is_temp_file
 
 
@@ -279,8 +279,10 @@ async def test_a_cancellation_during_commit_waits_for_the_rename(
         await temp.open()
     await temp.write(0, b"new")
     # A slow file system: a deferred file is published in a thread too.
-    monkeypatch.setattr(writer, "_ON_LOOP", writer._OnLoop())
-    writer._ON_LOOP.took(1.0)
+    slow = quick_io.QuickIO()
+    slow.took(1.0)
+    slow.took(1.0)
+    monkeypatch.setattr(quick_io, "QUICK_IO", slow)
     loop = asyncio.get_running_loop()
     # One worker thread, held busy: the commit is submitted and waits its turn there
     # when the cancellation lands, as it would behind a slow disk.

@@ -43,6 +43,7 @@ from typing import TypeVar
 
 from aiofiles.os import wrap
 
+from . import quick_io
 from .checksums import crc_function, sha_of
 
 _TEMP_SUFFIX = ".asyncdl-tmp"
@@ -104,44 +105,13 @@ class _Discarded(Exception):
     pass
 
 
-class _OnLoop:
-    """Whether a small deferred file is published on the event loop.
-
-    A create, one write and a rename cost tens of microseconds on a local disk: less
-    than the hop to a worker thread and back (a queue, futex wake-ups and the GIL
-    passed to and fro, per file), which for tiny objects was the larger part of the
-    engine's own CPU. A file system where one publish takes longer than ``LIMIT``
-    (NFS, a loaded disk) must not stall the loop: the next ``OFF_LOOP`` publishes go
-    to the executor, then one is tried on the loop again.
-    """
-
-    LIMIT = 0.002
-    OFF_LOOP = 1000
-
-    def __init__(self) -> None:
-        self._off = 0
-
-    def allowed(self) -> bool:
-        if self._off:
-            self._off -= 1
-            return False
-        return True
-
-    def took(self, seconds: float) -> None:
-        if seconds > self.LIMIT:
-            self._off = self.OFF_LOOP
-
-
-_ON_LOOP = _OnLoop()
-
-
 class TempFile:
     """A temp file next to ``target`` for an object of ``size`` bytes.
 
     Construct it (no I/O), keep the reference, then :meth:`open` it, or let a
     small one stay deferred: if its one write holds every byte, :meth:`commit`
     creates, writes, closes and renames it in one go (on the event loop while that
-    is quick, see :class:`_OnLoop`; else in one executor hop). Any other write opens
+    is quick, see :mod:`asyncdl.quick_io`; else in one executor hop). Any other write opens
     it then. Either way :meth:`commit` or :meth:`discard` it.
     """
 
@@ -315,12 +285,12 @@ class TempFile:
         Once called, it runs to the end: a cancellation (or timeout) that lands
         meanwhile waits for it, then goes on; :attr:`published` tells whether the
         target was replaced."""
-        if not self.opened and not self._fsync and _ON_LOOP.allowed():
+        if not self.opened and not self._fsync and quick_io.QUICK_IO.allowed():
             started = time.perf_counter()
             try:
                 self._publish_sync()
             finally:
-                _ON_LOOP.took(time.perf_counter() - started)
+                quick_io.QUICK_IO.took(time.perf_counter() - started)
             return
         # A plain executor future, as aiofiles' wrappers use: no task made per object.
         work = self._commit_sync if self.opened else self._publish_sync
