@@ -1,4 +1,5 @@
-"""A lean GetObject: botocore prepares one request per bucket, asyncdl signs the rest.
+"""A lean GetObject and HeadObject: botocore prepares one request per bucket, asyncdl
+signs the rest.
 
 A plain ``client.get_object`` spends most of its CPU on work that is the same for
 every object of a bucket: parameter validation and serialization, a dozen event
@@ -6,14 +7,16 @@ hooks, endpoint-ruleset resolution, the User-Agent string, and parsing response
 headers (Last-Modified) the engine never reads. For tiny objects that CPU, not the
 network, is the ceiling.
 
-So, once per (bucket, GET arguments), the client builds a GetObject for a sentinel
-key through its full pipeline (endpoint rules, addressing style, every argument's
-header or query parameter, User-Agent), and a ``before-send`` hook captures that
-prepared request instead of sending it. Each real GET copies it with the real key,
-adds Range and If-Match, is signed with botocore's own SigV4 signer using the
-client's current (refreshing) credentials, and goes out through the client's own
-HTTP session (same pool, proxies, TLS and timeouts). Its body is the same
-aiobotocore streaming body ``get_object`` returns.
+So, once per (bucket, operation, arguments), the client builds the request for a
+sentinel key through its full pipeline (endpoint rules, addressing style, every
+argument's header or query parameter, User-Agent), and a ``before-send`` hook
+captures that prepared request instead of sending it. Each real request copies it
+with the real key, adds Range and If-Match, is signed as botocore's ``S3SigV4Auth``
+signs it (:mod:`asyncdl.sigv4`, with the parts fixed per template prepared once) with
+the client's current (refreshing) credentials, and goes out on the aiohttp session
+of the client's own HTTP session (same pool, proxies, TLS and timeouts; see
+:mod:`asyncdl.lean_send`). A GET's body is the same aiobotocore streaming body
+``get_object`` returns.
 
 A client that validates response checksums itself (``response_checksum_validation=
 "when_supported"``, botocore's default) is served here only when the engine verifies
