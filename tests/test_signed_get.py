@@ -63,6 +63,21 @@ async def test_lean_requests_match_get_object(
     assert lean == slow
 
 
+@pytest.mark.parametrize("key", KEYS)
+async def test_lean_heads_match_head_object(
+    s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path, key: str
+) -> None:
+    # HEAD-first: the HEAD, then one plain GET (small) or ranged GETs (large).
+    for size, methods in ((CHUNK - 1, ["GET", "HEAD"]), (2 * CHUNK + 1, ["GET"] * 3 + ["HEAD"])):
+        data = payload(size)
+        s3.put_object(Bucket=bucket, Key=key, Body=data)
+        lean = await run(proxy, bucket, key, tmp_path / "lean", lean=True, strategy="head-first")
+        slow = await run(proxy, bucket, key, tmp_path / "slow", lean=False, strategy="head-first")
+        assert (tmp_path / "lean").read_bytes() == (tmp_path / "slow").read_bytes() == data
+        assert [method for method, _, _ in lean] == methods
+        assert lean == slow
+
+
 @pytest.mark.parametrize("key_type", [bytes, str])
 async def test_lean_requests_match_with_every_argument(
     s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path, key_type: type
@@ -79,6 +94,11 @@ async def test_lean_requests_match_with_every_argument(
     slow = await run(proxy, bucket, "k", tmp_path / "slow", lean=False, extra_args=extra)
     assert lean == slow
     assert [method for method, _, _ in lean] == ["GET", "GET", "HEAD"]
+    kwargs: dict[str, Any] = {"extra_args": extra, "strategy": "head-first"}
+    lean = await run(proxy, bucket, "k", tmp_path / "lean", lean=True, **kwargs)
+    slow = await run(proxy, bucket, "k", tmp_path / "slow", lean=False, **kwargs)
+    assert lean == slow
+    assert [method for method, _, _ in lean] == ["GET", "GET", "HEAD"]
 
 
 async def test_errors_through_the_lean_path(
@@ -93,6 +113,25 @@ async def test_errors_through_the_lean_path(
     # The lean path read the 416 (its ActualObjectSize); the plain GET brought the ETag.
     assert (result.size, result.etag, result.requests) == (0, etag, 2)
     assert not (tmp_path / "m").exists()
+
+
+async def test_head_errors_through_the_lean_path(
+    s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path
+) -> None:
+    config = asyncdl.TransferConfig(chunk_size=CHUNK, lean_get=True)
+    etag = s3.put_object(Bucket=bucket, Key="k", Body=b"x")["ETag"]
+    async with make_client(proxy.url) as client, asyncdl.Engine(client, config=config) as engine:
+        # A HEAD's error has no body: botocore's code is the status ("404").
+        with pytest.raises(asyncdl.ObjectNotFoundError, match="404"):
+            await engine.download(bucket, "missing", tmp_path / "m", strategy="head-first")
+        s3.put_object(Bucket=bucket, Key="k", Body=b"y")
+        with pytest.raises(asyncdl.ObjectChangedError):  # 412 to the HEAD's If-Match
+            await engine.download(bucket, "k", tmp_path / "k", strategy="head-first", etag=etag)
+        proxy.rule = lambda request: Fault(status=403) if request.method == "HEAD" else None
+        with pytest.raises(asyncdl.AccessDeniedError):
+            await engine.download(bucket, "k", tmp_path / "k", strategy="head-first")
+    assert [r.method for r in proxy.requests] == ["HEAD"] * 3
+    assert not (tmp_path / "m").exists() and not (tmp_path / "k").exists()
 
 
 # -- the SSE-C key stays out of reprs -----------------------------------------------
@@ -268,7 +307,7 @@ async def test_a_capture_that_fails_after_the_cache_was_cleared(
     assert signed is not None
     started, fail = asyncio.Event(), asyncio.Event()
 
-    async def capture(bucket: str, extra_args: Any) -> None:
+    async def capture(bucket: str, extra_args: Any, operation: str) -> None:
         if bucket == "slow":
             started.set()
             await fail.wait()

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from asyncdl import writer
+from asyncdl import quick_io, writer
 from asyncdl.writer import TEMP_RUN, TempFile, is_temp_file
 
 
@@ -270,7 +270,7 @@ async def test_fsync_syncs_the_file_then_its_directory(
 @pytest.mark.parametrize("opened", [False, True], ids=["deferred", "opened"])
 @pytest.mark.parametrize("interruption", ["cancel", "timeout"])
 async def test_a_cancellation_during_commit_waits_for_the_rename(
-    tmp_path: Path, interruption: str, opened: bool
+    tmp_path: Path, interruption: str, opened: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     target = tmp_path / "t"
     target.write_bytes(b"old")
@@ -278,6 +278,11 @@ async def test_a_cancellation_during_commit_waits_for_the_rename(
     if opened:
         await temp.open()
     await temp.write(0, b"new")
+    # A slow file system: a deferred file is published in a thread too.
+    slow = quick_io.QuickIO()
+    slow.took(1.0)
+    slow.took(1.0)
+    monkeypatch.setattr(quick_io, "QUICK_IO", slow)
     loop = asyncio.get_running_loop()
     # One worker thread, held busy: the commit is submitted and waits its turn there
     # when the cancellation lands, as it would behind a slow disk.

@@ -11,8 +11,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
 
-from aiofiles.os import wrap
-
 from .errors import InvalidRequestError
 
 #: GetObject arguments that asyncdl sends on every request of a download, HEAD included.
@@ -121,7 +119,3 @@ def check_target(path: str | os.PathLike[str], *, bucket: str, key: str) -> Path
             f"directory {str(parent)!r} is not writable", bucket=bucket, key=key
         )
     return target
-
-
-# stat() can stall for long on a busy disk: the checks run in the executor.
-check_target_off_loop = wrap(check_target)

@@ -169,11 +169,37 @@ class S3Object:
         self.requests += 1 + int((metadata or {}).get("RetryAttempts") or 0)
 
     async def head(self, *, if_match: str | None = None) -> ObjectMeta:
+        template = None
+        if self._signed is not None:
+            template = await self._signed.template(self.bucket, self._whole_args, "HeadObject")
+        async with self._semaphore:
+            if template is None or self._signed is None:
+                return await self._head_object(if_match)
+            self.requests += 1
+            try:
+                raw = await self._signed.send(template, self.key, if_match=if_match)
+            except Fallback:
+                # A redirect, as for a GET (see _send).
+                try:
+                    meta = await self._head_object(if_match)
+                except Exception:
+                    self._signed.redirected(self.bucket, template)
+                    raise
+                self._signed.redirected(self.bucket, template)
+                return meta
+        headers = raw.headers
+        etag = headers.get("etag")
+        return ObjectMeta(
+            size=int(headers.get("content-length", 0)),
+            etag=etag,
+            checksum=_checksum_or_none(from_headers, headers, etag),
+        )
+
+    async def _head_object(self, if_match: str | None) -> ObjectMeta:
         params = {**self._params, **self._whole_args}
         if if_match is not None:
             params["IfMatch"] = if_match
-        async with self._semaphore:
-            raw = await self._call(self._client.head_object, params)
+        raw = await self._call(self._client.head_object, params)
         etag = raw.get("ETag")
         return ObjectMeta(
             size=int(raw["ContentLength"]),

@@ -1,4 +1,5 @@
-"""A lean GetObject: botocore prepares one request per bucket, asyncdl signs the rest.
+"""A lean GetObject and HeadObject: botocore prepares one request per bucket, asyncdl
+signs the rest.
 
 A plain ``client.get_object`` spends most of its CPU on work that is the same for
 every object of a bucket: parameter validation and serialization, a dozen event
@@ -6,14 +7,16 @@ hooks, endpoint-ruleset resolution, the User-Agent string, and parsing response
 headers (Last-Modified) the engine never reads. For tiny objects that CPU, not the
 network, is the ceiling.
 
-So, once per (bucket, GET arguments), the client builds a GetObject for a sentinel
-key through its full pipeline (endpoint rules, addressing style, every argument's
-header or query parameter, User-Agent), and a ``before-send`` hook captures that
-prepared request instead of sending it. Each real GET copies it with the real key,
-adds Range and If-Match, is signed with botocore's own SigV4 signer using the
-client's current (refreshing) credentials, and goes out through the client's own
-HTTP session (same pool, proxies, TLS and timeouts). Its body is the same
-aiobotocore streaming body ``get_object`` returns.
+So, once per (bucket, operation, arguments), the client builds the request for a
+sentinel key through its full pipeline (endpoint rules, addressing style, every
+argument's header or query parameter, User-Agent), and a ``before-send`` hook
+captures that prepared request instead of sending it. Each real request copies it
+with the real key, adds Range and If-Match, is signed as botocore's ``S3SigV4Auth``
+signs it (:mod:`asyncdl.sigv4`, with the parts fixed per template prepared once) with
+the client's current (refreshing) credentials, and goes out on the aiohttp session
+of the client's own HTTP session (same pool, proxies, TLS and timeouts; see
+:mod:`asyncdl.lean_send`). A GET's body is the same aiobotocore streaming body
+``get_object`` returns.
 
 A client that validates response checksums itself (``response_checksum_validation=
 "when_supported"``, botocore's default) is served here only when the engine verifies
@@ -32,19 +35,22 @@ then on.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
+from http.client import responses
 from typing import Any
 from xml.etree import ElementTree
 
 from aiobotocore.httpsession import AIOHTTPSession
 from aiobotocore.response import AioStreamingBody
-from botocore.auth import S3SigV4Auth
-from botocore.awsrequest import AWSRequest
 from botocore.exceptions import ClientError
 from botocore.utils import percent_encode
 
+from .lean_send import Route, route_for
+from .lean_send import send as send_on
 from .request_args import ExtraArgs
+from .sigv4 import Signer
 
 _SENTINEL = "asyncdl-template-7f3a9c"
 # Headers the signer sets per request, or that are unique per request.
@@ -52,7 +58,6 @@ _PER_REQUEST = frozenset(
     {
         "authorization",
         "x-amz-date",
-        "x-amz-content-sha256",
         "x-amz-security-token",
         "amz-sdk-invocation-id",
         "range",
@@ -67,8 +72,10 @@ _SECRET_HEADERS = frozenset({"x-amz-server-side-encryption-customer-key"})
 #: VersionIds (or a service meeting many buckets) would grow them forever.
 _MAX_CACHED = 256
 _MAX_ERROR_BODY = 64 * 1024
-#: (bucket, the GET arguments as sorted items): what one template serves.
-_CacheKey = tuple[str, tuple[tuple[str, str | bytes], ...]]
+#: (bucket, operation, the arguments as sorted items): what one template serves.
+_CacheKey = tuple[str, str, tuple[tuple[str, str | bytes], ...]]
+#: The operations with a lean path, and the HTTP method each sends.
+METHODS = {"GetObject": "GET", "HeadObject": "HEAD"}
 
 
 class _Captured(Exception):
@@ -92,6 +99,13 @@ class GetTemplate:
     scope: tuple[str, str] | None
     #: Captured after a GET of this bucket was redirected (botocore knew its region).
     after_redirect: bool = False
+    #: Signs each GET as botocore would (``None`` with ``scope``).
+    signer: Signer | None = None
+    #: ``GetObject`` or ``HeadObject``.
+    operation: str = "GetObject"
+    #: The aiohttp session and proxy of the client's endpoint; ``None``: aiobotocore's
+    #: ``send`` sends it.
+    route: Route | None = None
 
     def __repr__(self) -> str:
         # The headers may carry the SSE-C key: a template must be safe to log.
@@ -101,7 +115,8 @@ class GetTemplate:
         )
         return (
             f"GetTemplate(url_prefix={self.url_prefix!r}, url_suffix={self.url_suffix!r}, "
-            f"headers={headers!r}, scope={self.scope!r}, after_redirect={self.after_redirect!r})"
+            f"headers={headers!r}, scope={self.scope!r}, after_redirect={self.after_redirect!r}, "
+            f"operation={self.operation!r})"
         )
 
 
@@ -110,6 +125,22 @@ class RawResponse:
     status: int
     headers: Mapping[str, str]
     body: Any
+
+
+class _Request:
+    """What aiobotocore's ``AIOHTTPSession.send`` reads of a prepared request: the
+    session keeps its proxies, timeouts, pool and error mapping; nothing is built
+    that it would not read."""
+
+    __slots__ = ("context", "headers", "method", "url")
+    body = None
+    stream_output = True
+
+    def __init__(self, method: str, url: str, headers: dict[str, str]) -> None:
+        self.method = method
+        self.url = url
+        self.headers = headers
+        self.context: dict[str, Any] = {}
 
 
 class SignedGets:
@@ -144,8 +175,11 @@ class SignedGets:
             return None
         return cls(client, verifies=verifies)
 
-    async def template(self, bucket: str, extra_args: ExtraArgs) -> GetTemplate | None:
-        """The template for this bucket and these arguments (built once, shared).
+    async def template(
+        self, bucket: str, extra_args: ExtraArgs, operation: str = "GetObject"
+    ) -> GetTemplate | None:
+        """The template for this bucket, operation and these arguments (built once,
+        shared).
 
         With ``ChecksumMode`` botocore would check the body's checksum as it is read;
         this path skips that, so only an engine that verifies checksums itself may
@@ -153,15 +187,17 @@ class SignedGets:
         """
         if bucket in self._unserved or ("ChecksumMode" in extra_args and not self.verifies):
             return None
-        cache_key = (bucket, tuple(sorted(extra_args.items())))
+        cache_key = (bucket, operation, tuple(sorted(extra_args.items())))
         future = self._templates.get(cache_key)
+        if future is not None and future.done():
+            return future.result()  # the usual case: no shield, no await
         if future is None:
             if len(self._templates) >= _MAX_CACHED:
                 self._templates.clear()
             future = asyncio.get_running_loop().create_future()
             self._templates[cache_key] = future
             try:
-                future.set_result(await self._capture(bucket, extra_args))
+                future.set_result(await self._capture(bucket, extra_args, operation))
             except BaseException as exc:
                 future.set_result(None)
                 # Not kept, so a later GET tries again; a clear() or a redirect while
@@ -194,62 +230,89 @@ class SignedGets:
                 if cached is not None and (unserved or not cached.after_redirect):
                     del self._templates[cache_key]
 
-    async def _capture(self, bucket: str, extra_args: ExtraArgs) -> GetTemplate | None:
+    async def _capture(
+        self, bucket: str, extra_args: ExtraArgs, operation: str
+    ) -> GetTemplate | None:
         def grab(request: Any, **_: Any) -> None:
-            # Other GETs of this client may be in flight: take only the sentinel's.
+            # Other requests of this client may be in flight: take only the sentinel's.
             if _SENTINEL in request.url:
                 raise _Captured(request)
 
         after_redirect = bucket in self._moved
         events = self._client.meta.events
+        event = f"before-send.s3.{operation}"
+        call = self._client.get_object if operation == "GetObject" else self._client.head_object
         # Each capture registers (and removes) its own handler: captures of other
         # buckets may be in flight, and one that lost its handler to another's
-        # unregister would send its sentinel GET for real.
-        events.register_first("before-send.s3.GetObject", grab)
+        # unregister would send its sentinel request for real.
+        template = None  # stays so only if a handler swallowed the capture
+        events.register_first(event, grab)
         try:
-            await self._client.get_object(Bucket=bucket, Key=_SENTINEL, **extra_args)
+            await call(Bucket=bucket, Key=_SENTINEL, **extra_args)
         except _Captured as captured:
-            return _template_from(captured.request, after_redirect=after_redirect)
+            template = _template_from(
+                captured.request, operation=operation, after_redirect=after_redirect
+            )
         finally:
-            events.unregister("before-send.s3.GetObject", grab)
-        return None  # pragma: no cover - a handler swallowed the capture
+            events.unregister(event, grab)
+        if template is None:
+            return None
+        route = await route_for(self._session, template.url_prefix)
+        return dataclasses.replace(template, route=route)
 
     async def send(
         self,
         template: GetTemplate,
         key: str,
         *,
-        range_header: str | None,
-        if_match: str | None,
+        range_header: str | None = None,
+        if_match: str | None = None,
         part_number: int | None = None,
     ) -> RawResponse:
+        """Send the template's request for ``key``; a GET's body is left open (the
+        caller reads and closes it), a HEAD's answer is released at once."""
+        method = METHODS[template.operation]
         headers = dict(template.headers)
+        extra: dict[str, str] = {}
         if range_header is not None:
-            headers["Range"] = range_header
+            extra["Range"] = range_header
         if if_match is not None:
-            headers["If-Match"] = if_match
-        url = template.url_prefix + percent_encode(key, safe="/~") + template.url_suffix
+            extra["If-Match"] = if_match
+        headers.update(extra)
+        encoded_key = percent_encode(key, safe="/~")
+        url = template.url_prefix + encoded_key + template.url_suffix
         if part_number is not None:
             url += f"{'&' if '?' in url else '?'}partNumber={part_number}"
-        request = AWSRequest(method="GET", url=url, headers=headers)
-        request.stream_output = True
-        if template.scope is not None:
+        if template.signer is not None:
             credentials = await self._credentials.get_frozen_credentials()
-            region, service = template.scope
-            S3SigV4Auth(credentials, service, region).add_auth(request)
-        response = await self._session.send(request.prepare())
-        status: int = response.status_code
+            headers.update(
+                template.signer.sign(
+                    method, encoded_key, credentials, extra=extra, part_number=part_number
+                )
+            )
+        if template.route is not None:
+            headers["Accept-Encoding"] = "identity"  # as aiobotocore sends it
+            raw = await send_on(template.route, method, url, headers)
+            response_headers: Mapping[str, str] = raw.headers
+        else:
+            response = await self._session.send(_Request(method, url, headers))
+            raw, response_headers = response.raw, response.headers
+        status: int = raw.status
         if status < 300:
-            length = int(response.headers.get("content-length", 0))
-            return RawResponse(status, response.headers, AioStreamingBody(response.raw, length))
-        raw_body = await response.raw.content.read(_MAX_ERROR_BODY)
-        response.raw.release()
+            if method == "HEAD":
+                raw.release()
+                return RawResponse(status, response_headers, None)
+            length = int(response_headers.get("content-length", 0))
+            return RawResponse(status, response_headers, AioStreamingBody(raw, length))
+        raw_body = await raw.content.read(_MAX_ERROR_BODY)
+        raw.release()
         if status < 400 or (status == 400 and b"Region" in raw_body):
             raise Fallback(f"HTTP {status}: let botocore handle redirects")
-        raise ClientError(_error_response(status, response.headers, raw_body), "GetObject")
+        lowered = {name.lower(): value for name, value in response_headers.items()}
+        raise ClientError(_error_response(status, lowered, raw_body), template.operation)
 
 
-def _template_from(request: Any, *, after_redirect: bool) -> GetTemplate | None:
+def _template_from(request: Any, *, operation: str, after_redirect: bool) -> GetTemplate | None:
     url: str = request.url
     if url.count(_SENTINEL) != 1:
         return None
@@ -272,18 +335,34 @@ def _template_from(request: Any, *, after_redirect: bool) -> GetTemplate | None:
             return None
         scope = (parts[2], parts[3])
     kept = tuple((n, v) for n, v in headers.items() if n.lower() not in _PER_REQUEST)
+    signer = None
+    if scope is not None:
+        payload_hash = lowered.get("x-amz-content-sha256")
+        if payload_hash is None:
+            return None  # not S3SigV4Auth's request: nothing here would sign it the same
+        signer = Signer(
+            url_prefix=prefix,
+            url_suffix=suffix,
+            headers=kept,
+            payload_hash=payload_hash,
+            scope=scope,
+        )
     return GetTemplate(
         url_prefix=prefix,
         url_suffix=suffix,
         headers=kept,
         scope=scope,
         after_redirect=after_redirect,
+        signer=signer,
+        operation=operation,
     )
 
 
 def _error_response(status: int, headers: Mapping[str, str], body: bytes) -> dict[str, Any]:
     """The response dict botocore would build for an S3 error, for ClientError."""
-    error: dict[str, str] = {"Code": str(status), "Message": ""}
+    # botocore's answer to an error without a body (every HEAD's): the status as the
+    # code, its reason phrase as the message.
+    error = {"Code": str(status), "Message": "" if body else responses.get(status, "")}
     if body:
         try:
             root = ElementTree.fromstring(body)

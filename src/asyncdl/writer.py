@@ -31,10 +31,11 @@ import base64
 import contextlib
 import errno
 import os
+import random
 import re
-import secrets
 import stat
 import threading
+import time
 from collections.abc import Callable
 from contextvars import ContextVar
 from pathlib import Path
@@ -42,6 +43,7 @@ from typing import TypeVar
 
 from aiofiles.os import wrap
 
+from . import quick_io
 from .checksums import crc_function, sha_of
 
 _TEMP_SUFFIX = ".asyncdl-tmp"
@@ -61,7 +63,10 @@ TEMP_RUN: ContextVar[str | None] = ContextVar("asyncdl_temp_run", default=None)
 
 def temp_path_for(target: Path, run: str | None = None, name_max: int | None = None) -> Path:
     """A fresh temp path next to ``target``, within ``name_max`` bytes (default 255)."""
-    token = secrets.token_hex(4)
+    # Unique, not secret: the file is created O_EXCL (a taken name gets another), so
+    # no os.urandom call (a syscall, and the GIL given up, per object) is needed; the
+    # random module reseeds itself in a forked child.
+    token = f"{random.getrandbits(32):08x}"
     tail = f".{run}-{token}{_TEMP_SUFFIX}" if run else f".{token}{_TEMP_SUFFIX}"
     room = (name_max or _NAME_MAX) - 1 - len(tail)
     return target.with_name(f".{_cut(target.name, room)}{tail}")
@@ -105,8 +110,9 @@ class TempFile:
 
     Construct it (no I/O), keep the reference, then :meth:`open` it, or let a
     small one stay deferred: if its one write holds every byte, :meth:`commit`
-    creates, writes, closes and renames it in a single executor hop. Any other
-    write opens it then. Either way :meth:`commit` or :meth:`discard` it.
+    creates, writes, closes and renames it in one go (on the event loop while that
+    is quick, see :mod:`asyncdl.quick_io`; else in one executor hop). Any other write opens
+    it then. Either way :meth:`commit` or :meth:`discard` it.
     """
 
     def __init__(self, target: Path, size: int, *, fsync: bool = False) -> None:
@@ -279,6 +285,13 @@ class TempFile:
         Once called, it runs to the end: a cancellation (or timeout) that lands
         meanwhile waits for it, then goes on; :attr:`published` tells whether the
         target was replaced."""
+        if not self.opened and not self._fsync and quick_io.QUICK_IO.allowed():
+            started = time.perf_counter()
+            try:
+                self._publish_sync()
+            finally:
+                quick_io.QUICK_IO.took(time.perf_counter() - started)
+            return
         # A plain executor future, as aiofiles' wrappers use: no task made per object.
         work = self._commit_sync if self.opened else self._publish_sync
         step = asyncio.get_running_loop().run_in_executor(None, work)

@@ -1,0 +1,94 @@
+"""Sending a lean request: straight to the aiohttp session that the client's own
+aiobotocore HTTP session uses (same pool, proxy, TLS and timeouts), with its failures
+raised as aiobotocore would raise them.
+
+``AIOHTTPSession.send`` works out the proxy from the URL, copies the headers into a
+new multidict, parses the URL, and wraps the answer in a botocore response whose
+header dict is filled one ``__setitem__`` at a time: per request, for what is the
+same for every request of a template. Here the proxy is looked up once per template
+and the answer's headers are aiohttp's own (case-insensitive) mapping.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+from aiobotocore.httpsession import AIOHTTPSession
+from botocore.exceptions import (
+    ConnectionClosedError,
+    ConnectTimeoutError,
+    EndpointConnectionError,
+    HTTPClientError,
+    ProxyConnectionError,
+    ReadTimeoutError,
+    SSLError,
+)
+from botocore.httpsession import mask_proxy_url
+from yarl import URL
+
+#: aiobotocore adds a Host header per request when this is set: its own path does that.
+_PROXY_HOST_HEADER = "BOTO_EXPERIMENTAL__ADD_PROXY_HOST_HEADER"
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Where the requests of one template go: the aiohttp session for its proxy."""
+
+    session: aiohttp.ClientSession
+    proxy: str | None
+    proxy_headers: dict[str, str]
+
+
+async def route_for(http_session: AIOHTTPSession, url: str) -> Route | None:
+    """The route aiobotocore would take for ``url``; ``None`` where only its own
+    ``send`` does what the client is configured to do."""
+    if os.environ.get(_PROXY_HOST_HEADER, "").lower() == "true":
+        return None
+    try:
+        proxy_config: Any = http_session._proxy_config
+        get_session: Any = http_session._get_session
+    except AttributeError:  # another aiobotocore than the one this was written against
+        return None
+    proxy = proxy_config.proxy_url_for(url)
+    proxy_headers = proxy_config.proxy_headers_for(url)
+    session = await get_session(proxy)
+    if not isinstance(session, aiohttp.ClientSession):
+        return None
+    return Route(session, proxy, proxy_headers)
+
+
+async def send(route: Route, method: str, url: str, headers: dict[str, str]) -> Any:
+    """Send one request; the open ``aiohttp.ClientResponse``. Failures to connect or
+    to get an answer are botocore's exceptions, mapped as aiobotocore maps them."""
+    try:
+        return await route.session.request(
+            method,
+            URL(url, encoded=True),
+            headers=headers,
+            proxy=route.proxy,
+            proxy_headers=route.proxy_headers,
+        )
+    except aiohttp.ClientSSLError as exc:
+        raise SSLError(endpoint_url=url, error=exc) from exc
+    except (aiohttp.ClientProxyConnectionError, aiohttp.ClientHttpProxyError) as exc:
+        raise ProxyConnectionError(proxy_url=mask_proxy_url(route.proxy), error=exc) from exc
+    except (
+        aiohttp.ServerDisconnectedError,
+        aiohttp.ClientPayloadError,
+        aiohttp.http_exceptions.BadStatusLine,
+    ) as exc:
+        raise ConnectionClosedError(error=exc, request=None, endpoint_url=url) from exc
+    except aiohttp.ServerTimeoutError as exc:
+        if str(exc).lower().startswith("connect"):
+            raise ConnectTimeoutError(endpoint_url=url, error=exc) from exc
+        raise ReadTimeoutError(endpoint_url=url, error=exc) from exc
+    except (aiohttp.ClientConnectorError, aiohttp.ClientConnectionError, socket.gaierror) as exc:
+        raise EndpointConnectionError(endpoint_url=url, error=exc) from exc
+    except TimeoutError as exc:
+        raise ReadTimeoutError(endpoint_url=url, error=exc) from exc
+    except Exception as exc:
+        raise HTTPClientError(error=exc) from exc

@@ -1,0 +1,104 @@
+"""Small files are published on the event loop while that is quick, in a thread once
+the file system is slow."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import asyncdl
+from asyncdl import quick_io
+from asyncdl.quick_io import QuickIO
+from asyncdl.writer import TempFile
+
+
+class CountingExecutor(ThreadPoolExecutor):
+    def __init__(self) -> None:
+        super().__init__(2)
+        self.submitted = 0
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        self.submitted += 1
+        return super().submit(fn, *args, **kwargs)
+
+
+@pytest.fixture
+async def executor() -> AsyncIterator[CountingExecutor]:
+    loop = asyncio.get_running_loop()
+    pool = CountingExecutor()
+    loop.set_default_executor(pool)
+    yield pool
+    loop.set_default_executor(ThreadPoolExecutor())  # the session's loop lives on
+
+
+@pytest.fixture
+def on_loop(monkeypatch: pytest.MonkeyPatch) -> QuickIO:
+    fresh = QuickIO()
+    monkeypatch.setattr(quick_io, "QUICK_IO", fresh)
+    return fresh
+
+
+async def publish(path: Path, data: bytes, *, fsync: bool = False) -> None:
+    temp = TempFile(path, len(data), fsync=fsync)
+    await temp.write(0, data)
+    await temp.commit()
+    assert temp.published
+
+
+async def test_a_small_file_is_published_without_a_thread(
+    tmp_path: Path, executor: CountingExecutor, on_loop: QuickIO
+) -> None:
+    for number in range(3):
+        await publish(tmp_path / f"f{number}", b"x" * number)
+    assert executor.submitted == 0
+    assert [(tmp_path / f"f{n}").read_bytes() for n in range(3)] == [b"", b"x", b"xx"]
+
+
+async def test_a_slow_publish_sends_the_next_ones_to_a_thread(
+    tmp_path: Path, executor: CountingExecutor, on_loop: QuickIO
+) -> None:
+    on_loop.LIMIT = -1.0  # every publish counts as slow
+    on_loop.OFF_LOOP = 2
+    submitted = []
+    for number in range(5):
+        await publish(tmp_path / f"f{number}", b"data")
+        submitted.append(executor.submitted)
+    # Two on the loop (slow, in a row), then two in a thread, then the loop again.
+    assert submitted == [0, 0, 1, 2, 2]
+    assert [(tmp_path / f"f{n}").read_bytes() for n in range(5)] == [b"data"] * 5
+
+
+async def test_a_durable_publish_always_goes_to_a_thread(
+    tmp_path: Path, executor: CountingExecutor, on_loop: QuickIO
+) -> None:
+    await publish(tmp_path / "f", b"data", fsync=True)
+    assert executor.submitted == 1  # fsync can take long: never on the loop
+
+
+def test_one_slow_call_is_not_a_slow_file_system() -> None:
+    policy = QuickIO()
+    for seconds in (0.5, 0.0001, 0.5, 0.0001):  # a busy machine delays one call now and then
+        policy.took(seconds)
+        assert policy.allowed()
+    policy.took(0.5)
+    policy.took(0.5)
+    assert not policy.allowed()
+
+
+async def test_a_download_checks_and_publishes_without_a_thread(
+    s3: Any, bucket: str, client: Any, tmp_path: Path, executor: CountingExecutor, on_loop: QuickIO
+) -> None:
+    s3.put_object(Bucket=bucket, Key="k", Body=b"tiny")
+    async with asyncdl.Engine(client) as engine:
+        # The first request creates the client's connection pool (aiobotocore builds
+        # its SSL contexts in a thread): once per client, not per object.
+        await engine.download(bucket, "k", tmp_path / "first", strategy="get-first")
+        executor.submitted = 0
+        result = await engine.download(bucket, "k", tmp_path / "k", strategy="get-first")
+    assert (result.size, (tmp_path / "k").read_bytes()) == (4, b"tiny")
+    assert executor.submitted == 0
