@@ -131,7 +131,8 @@ async def test_head_errors_through_the_lean_path(
         with pytest.raises(asyncdl.AccessDeniedError):
             await engine.download(bucket, "k", tmp_path / "k", strategy="head-first")
     assert [r.method for r in proxy.requests] == ["HEAD"] * 3
-    assert not (tmp_path / "m").exists() and not (tmp_path / "k").exists()
+    assert not (tmp_path / "m").exists()
+    assert not (tmp_path / "k").exists()
 
 
 # -- the SSE-C key stays out of reprs -----------------------------------------------
