@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -85,7 +85,13 @@ class Meter:
 
 
 async def run_asyncdl(
-    job: Job, meter: Meter, strategy: str, validate: str = "when_available", prefix: bool = False
+    job: Job,
+    meter: Meter,
+    strategy: str,
+    *,
+    validate: str = "when_available",
+    prefix: bool = False,
+    listed: bool = False,
 ) -> list[str]:
     import asyncdl  # noqa: PLC0415
 
@@ -93,12 +99,21 @@ async def run_asyncdl(
     errors: list[str] = []
     config = asyncdl.TransferConfig(max_concurrency=job.concurrency, validate=validate)
     async with asyncdl.Engine(config=config) as engine:
+        items: Iterable[Any] = job.items()
+        if listed:
+            # Listed before the clock starts, as obstore's keys are given: what is
+            # measured is downloading with each object's size and ETag known.
+            known = await _listing(engine.client, job.bucket)
+            items = [
+                asyncdl.DownloadRequest(bucket, key, path, size=known[key][0], etag=known[key][1])
+                for bucket, key, path in items
+            ]
         meter.start()
         if prefix:
             # Listed as it downloads: each object's size and ETag come from the listing.
             results = engine.download_prefix(job.bucket, PREFIX, job.dest)
         else:
-            results = engine.download_many(job.items(), strategy=strategy)
+            results = engine.download_many(items, strategy=strategy)
         async for result in results:
             if result.error is not None:
                 errors.append(repr(result.error))
@@ -106,6 +121,16 @@ async def run_asyncdl(
             meter.verified += result.verified
         meter.stop()
     return errors
+
+
+async def _listing(client: Any, bucket: str) -> dict[str, tuple[int, str]]:
+    known: dict[str, tuple[int, str]] = {}
+    async for page in client.get_paginator("list_objects_v2").paginate(
+        Bucket=bucket, Prefix=PREFIX
+    ):
+        for entry in page.get("Contents", []):
+            known[entry["Key"]] = (entry["Size"], entry["ETag"])
+    return known
 
 
 def run_s3transfer(job: Job, meter: Meter, no_head: bool) -> list[str]:
@@ -268,6 +293,7 @@ RUNNERS: dict[str, Callable[[Job, Meter], list[str]]] = {
     # lets small objects be verified in their one GET; "required" makes GET-first send
     # a HEAD alongside; "-off" turns checking off.
     "asyncdl-prefix": lambda job, m: asyncio.run(run_asyncdl(job, m, "auto", prefix=True)),
+    "asyncdl-listed": lambda job, m: asyncio.run(run_asyncdl(job, m, "auto", listed=True)),
     "asyncdl-prefix-off": lambda job, m: asyncio.run(
         run_asyncdl(job, m, "auto", validate="off", prefix=True)
     ),

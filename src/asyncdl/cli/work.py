@@ -30,7 +30,7 @@ from .params import S3Url
 async def _open_engine(settings: Settings) -> AsyncIterator[Engine]:
     async with AsyncExitStack() as stack:
         client = await create_default_client(
-            stack, settings.config, endpoint_url=settings.endpoint_url
+            stack, settings.config, endpoint_url=settings.endpoint_url, timestamps_as_text=True
         )
         yield await stack.enter_async_context(Engine(client, config=settings.config))
 
