@@ -35,10 +35,10 @@ import re
 import secrets
 import stat
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextvars import ContextVar
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from aiofiles.os import wrap
 
@@ -46,8 +46,21 @@ from .checksums import crc_function, sha_of
 
 _TEMP_SUFFIX = ".asyncdl-tmp"
 _Crc = TypeVar("_Crc")
+#: A running CRC: the value so far and more bytes give the new value.
+_CrcOf = Callable[[bytes, _Crc], _Crc]
 _FLAGS = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
 _READ_SIZE = 1024 * 1024
+
+
+def _iov_max() -> int:
+    """Buffers one ``pwritev`` takes (POSIX promises at least 16; Linux and macOS 1024)."""
+    try:
+        return max(16, os.sysconf("SC_IOV_MAX"))
+    except (AttributeError, ValueError, OSError):
+        return 16
+
+
+_IOV_MAX = _iov_max()
 #: Bytes in a name on nearly every file system; a smaller limit is asked of the file
 #: system only when a name is refused (no extra call on the usual path).
 _NAME_MAX = 255
@@ -185,48 +198,43 @@ class TempFile:
             self._leave()
 
     async def write(self, offset: int, data: bytes) -> None:
+        await self.write_chunks(offset, [data], None, None)
+
+    async def write_crc(self, offset: int, data: bytes, crc: _CrcOf[_Crc], previous: _Crc) -> _Crc:
+        """:meth:`write`, and the running CRC of the part extended by ``data``."""
+        result: _Crc = await self.write_chunks(offset, [data], crc, previous)
+        return result
+
+    async def write_chunks(
+        self, offset: int, chunks: Sequence[bytes], crc: _CrcOf[_Crc] | None, previous: _Crc
+    ) -> _Crc:
+        """Write ``chunks`` back to back from ``offset`` (one vectored write: they are
+        not joined), and return ``crc`` run over them from ``previous`` (``previous``
+        when ``crc`` is ``None``), computed in the same executor hop (awscrt releases
+        the GIL: off the event loop). The running value is ``crc``'s own: one CRC, or
+        several while the algorithm is not known yet (``checksums.every_crc``)."""
         if not self.opened:
-            if offset == 0 and len(data) == self.size and self._whole is None:
-                self._whole = data
-                return
+            size = sum(map(len, chunks))
+            if offset == 0 and size == self.size and self._whole is None:
+                # A small deferred file: one write holds it all, its CRC right here.
+                self._whole = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+                return _crc_of(chunks, crc, previous)
             await self.open()
             if self._whole is not None:
                 whole, self._whole = self._whole, None
-                await _write(self, 0, whole)
-        await _write(self, offset, data)
-
-    async def write_crc(
-        self, offset: int, data: bytes, crc: Callable[[bytes, _Crc], _Crc], previous: _Crc
-    ) -> _Crc:
-        """:meth:`write`, and the running CRC of the part extended by ``data``, computed
-        in the same executor hop (awscrt releases the GIL: off the event loop). The
-        running value is ``crc``'s own: one CRC, or several while the algorithm is not
-        known yet (``checksums.every_crc``)."""
-        if not self.opened and offset == 0 and len(data) == self.size and self._whole is None:
-            self._whole = data  # a small deferred file: one write, its CRC right here
-            return crc(data, previous)
-        if not self.opened:
-            await self.write(offset, data)
-            return crc(data, previous)
-        result: _Crc = await _write_crc(self, offset, data, crc, previous)
+                await _write(self, 0, [whole], None, None)
+        result: _Crc = await _write(self, offset, chunks, crc, previous)
         return result
 
-    def _write_crc_sync(
-        self, offset: int, data: bytes, crc: Callable[[bytes, _Crc], _Crc], previous: _Crc
+    def _write_sync(
+        self, offset: int, chunks: Sequence[bytes], crc: _CrcOf[_Crc] | None, previous: _Crc
     ) -> _Crc:
-        self._write_sync(offset, data)
-        return crc(data, previous)
-
-    def _write_sync(self, offset: int, data: bytes) -> None:
         self._enter()
         try:
-            view = memoryview(data)
-            while view:
-                written = os.pwrite(self._fd, view, offset)
-                view = view[written:]
-                offset += written
+            _write_all(self._fd, chunks, offset)
         finally:
             self._leave()
+        return _crc_of(chunks, crc, previous)
 
     async def digest(self, algorithm: str, start: int = 0, end: int | None = None) -> str:
         """SHA1/SHA256 of bytes ``[start, end)`` as written (default: all), base64, as
@@ -364,6 +372,38 @@ class TempFile:
                     os.unlink(self.path)
 
 
+def _crc_of(chunks: Sequence[bytes], crc: _CrcOf[_Crc] | None, value: _Crc) -> _Crc:
+    if crc is not None:
+        for chunk in chunks:
+            value = crc(chunk, value)
+    return value
+
+
+def _write_all(fd: int, chunks: Sequence[bytes], offset: int) -> None:
+    """Write ``chunks`` back to back from ``offset``: ``pwritev`` takes up to IOV_MAX
+    of them per call, and a short write resumes where it stopped."""
+    if not hasattr(os, "pwritev"):  # older macOS: one pwrite per chunk
+        for chunk in chunks:
+            view = memoryview(chunk)
+            while view:
+                written = os.pwrite(fd, view, offset)
+                view = view[written:]
+                offset += written
+        return
+    rest: list[Any] = list(chunks)
+    while rest:
+        batch = rest[:_IOV_MAX]
+        written = os.pwritev(fd, batch, offset)
+        offset += written
+        done = 0
+        while done < len(batch) and written >= len(batch[done]):
+            written -= len(batch[done])
+            done += 1
+        del rest[:done]
+        if written:
+            rest[0] = memoryview(rest[0])[written:]
+
+
 def _b64(digest: bytes) -> str:
     return base64.b64encode(digest).decode("ascii")
 
@@ -417,6 +457,5 @@ def _preallocate(fd: int, size: int) -> None:
 
 _open = wrap(TempFile._open_sync)
 _write = wrap(TempFile._write_sync)
-_write_crc = wrap(TempFile._write_crc_sync)
 _digest = wrap(TempFile._digest_sync)
 _crc = wrap(TempFile._crc_sync)
