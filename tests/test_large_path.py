@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -156,3 +157,28 @@ async def test_a_small_file_in_pieces_stays_deferred_and_gets_its_crc(tmp_path: 
     assert os.listdir(tmp_path) == []
     await temp.commit()
     assert (tmp_path / "t").read_bytes() == b"abcdef"
+
+
+class CountingExecutor(ThreadPoolExecutor):
+    """The loop's default executor, counting the calls handed to it."""
+
+    def __init__(self) -> None:
+        super().__init__(4)
+        self.calls = 0
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        self.calls += 1
+        return super().submit(fn, *args, **kwargs)
+
+
+async def test_writes_issued_together_share_one_executor_hop(tmp_path: Path) -> None:
+    executor = CountingExecutor()
+    asyncio.get_running_loop().set_default_executor(executor)
+    temp = TempFile(tmp_path / "t", 80)
+    await temp.open()
+    before = executor.calls
+    # Parts woken by the same turn of the loop (bytes for each arrived together).
+    await asyncio.gather(*(temp.write(i * 10, bytes([i]) * 10) for i in range(8)))
+    assert executor.calls - before == 1
+    await temp.commit()
+    assert (tmp_path / "t").read_bytes() == b"".join(bytes([i]) * 10 for i in range(8))

@@ -3,7 +3,10 @@
 The file is created exclusively next to the target (same file system, so
 ``os.replace`` is atomic), preallocated to the object's size so a full disk shows
 up before the first byte is fetched, and written with positional writes so parts
-land in any order. Blocking calls run in aiofiles' executor.
+land in any order. Blocking calls run in the loop's executor. A part's pieces go in
+one ``pwritev`` as the network delivered them (joining them would copy every byte),
+and the writes issued until the loop's next turn share one executor hop: parts whose
+bytes arrived together cost one thread round trip, not one each.
 
 Cancellation can leave an executor call running after the awaiting task is gone:
 a create that has not yet returned its descriptor, or a write. Closing a
@@ -48,6 +51,8 @@ _TEMP_SUFFIX = ".asyncdl-tmp"
 _Crc = TypeVar("_Crc")
 #: A running CRC: the value so far and more bytes give the new value.
 _CrcOf = Callable[[bytes, _Crc], _Crc]
+#: A write waiting for its hop: offset, pieces, CRC, CRC so far, and its outcome.
+_Job = tuple[int, Sequence[bytes], Any, Any, "asyncio.Future[Any]"]
 _FLAGS = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
 _READ_SIZE = 1024 * 1024
 
@@ -139,6 +144,8 @@ class TempFile:
         self._closed = False
         #: A deferred file's whole content, held until commit writes it in one go.
         self._whole: bytes | None = None
+        #: Writes waiting for the executor hop the loop's next turn starts.
+        self._jobs: list[_Job] = []
 
     @property
     def opened(self) -> bool:
@@ -222,9 +229,38 @@ class TempFile:
             await self.open()
             if self._whole is not None:
                 whole, self._whole = self._whole, None
-                await _write(self, 0, [whole], None, None)
-        result: _Crc = await _write(self, offset, chunks, crc, previous)
+                await self._queued(0, [whole], None, None)
+        result: _Crc = await self._queued(offset, chunks, crc, previous)
         return result
+
+    async def _queued(
+        self, offset: int, chunks: Sequence[bytes], crc: _CrcOf[_Crc] | None, previous: _Crc
+    ) -> _Crc:
+        """The write, in the next executor hop, with the other writes issued until the
+        loop's next turn (parts woken by the same turn's bytes): one hop for them all."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[_Crc] = loop.create_future()
+        self._jobs.append((offset, chunks, crc, previous, done))
+        if len(self._jobs) == 1:
+            loop.call_soon(self._hop, loop)
+        return await done
+
+    def _hop(self, loop: asyncio.AbstractEventLoop) -> None:
+        jobs, self._jobs = self._jobs, []
+        try:
+            loop.run_in_executor(None, self._write_jobs_sync, loop, jobs)
+        except RuntimeError as exc:  # the executor is shut down
+            _deliver([(job[-1], None, exc) for job in jobs])
+
+    def _write_jobs_sync(self, loop: asyncio.AbstractEventLoop, jobs: list[_Job]) -> None:
+        results: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
+        for offset, chunks, crc, previous, done in jobs:
+            try:
+                results.append((done, self._write_sync(offset, chunks, crc, previous), None))
+            except Exception as exc:  # the awaiting part's to handle
+                results.append((done, None, exc))
+        with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
+            loop.call_soon_threadsafe(_deliver, results)
 
     def _write_sync(
         self, offset: int, chunks: Sequence[bytes], crc: _CrcOf[_Crc] | None, previous: _Crc
@@ -372,6 +408,16 @@ class TempFile:
                     os.unlink(self.path)
 
 
+def _deliver(results: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
+    for done, value, exc in results:
+        if done.done():  # its part was cancelled; the write ran (or was refused) anyway
+            continue
+        if exc is None:
+            done.set_result(value)
+        else:
+            done.set_exception(exc)
+
+
 def _crc_of(chunks: Sequence[bytes], crc: _CrcOf[_Crc] | None, value: _Crc) -> _Crc:
     if crc is not None:
         for chunk in chunks:
@@ -456,6 +502,5 @@ def _preallocate(fd: int, size: int) -> None:
 
 
 _open = wrap(TempFile._open_sync)
-_write = wrap(TempFile._write_sync)
 _digest = wrap(TempFile._digest_sync)
 _crc = wrap(TempFile._crc_sync)
