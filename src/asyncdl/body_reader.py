@@ -12,8 +12,8 @@ with a ``RetryableError`` (the read in progress raises it), rather than cancelli
 the task, which could land in a write the caller has in flight. While the caller
 writes, the watch is paused: a slow disk is not a stalled server.
 
-Any other body (a client on another HTTP backend) is read with ``read(size)``
-under ``asyncio.timeout``, as before.
+Any other body (another HTTP backend, or a body that checks what it reads) is read
+with ``read(size)`` under ``asyncio.timeout``, as before.
 """
 
 from __future__ import annotations

@@ -3,10 +3,8 @@
 The file is created exclusively next to the target (same file system, so
 ``os.replace`` is atomic), preallocated to the object's size so a full disk shows
 up before the first byte is fetched, and written with positional writes so parts
-land in any order. Blocking calls run in the loop's executor. A part's pieces go in
-one ``pwritev`` as the network delivered them (joining them would copy every byte),
-and the writes issued until the loop's next turn share one executor hop: parts whose
-bytes arrived together cost one thread round trip, not one each.
+land in any order. Blocking calls run in the loop's executor; a part's pieces go in
+one ``pwritev``, and the writes of one turn of the loop in one hop (``file_writes``).
 
 Cancellation can leave an executor call running after the awaiting task is gone:
 a create that has not yet returned its descriptor, or a write. Closing a
@@ -38,34 +36,20 @@ import re
 import secrets
 import stat
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from aiofiles.os import wrap
 
 from .checksums import crc_function, sha_of
+from .file_writes import CrcOf, WriteHops, crc_of, write_all
 
 _TEMP_SUFFIX = ".asyncdl-tmp"
 _Crc = TypeVar("_Crc")
-#: A running CRC: the value so far and more bytes give the new value.
-_CrcOf = Callable[[bytes, _Crc], _Crc]
-#: A write waiting for its hop: offset, pieces, CRC, CRC so far, and its outcome.
-_Job = tuple[int, Sequence[bytes], Any, Any, "asyncio.Future[Any]"]
 _FLAGS = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
 _READ_SIZE = 1024 * 1024
-
-
-def _iov_max() -> int:
-    """Buffers one ``pwritev`` takes (POSIX promises at least 16; Linux and macOS 1024)."""
-    try:
-        return max(16, os.sysconf("SC_IOV_MAX"))
-    except (AttributeError, ValueError, OSError):
-        return 16
-
-
-_IOV_MAX = _iov_max()
 #: Bytes in a name on nearly every file system; a smaller limit is asked of the file
 #: system only when a name is refused (no extra call on the usual path).
 _NAME_MAX = 255
@@ -144,8 +128,8 @@ class TempFile:
         self._closed = False
         #: A deferred file's whole content, held until commit writes it in one go.
         self._whole: bytes | None = None
-        #: Writes waiting for the executor hop the loop's next turn starts.
-        self._jobs: list[_Job] = []
+        #: Writes go to the executor in hops that take all the writes of a loop turn.
+        self._hops = WriteHops(self._write_sync)
 
     @property
     def opened(self) -> bool:
@@ -207,13 +191,13 @@ class TempFile:
     async def write(self, offset: int, data: bytes) -> None:
         await self.write_chunks(offset, [data], None, None)
 
-    async def write_crc(self, offset: int, data: bytes, crc: _CrcOf[_Crc], previous: _Crc) -> _Crc:
+    async def write_crc(self, offset: int, data: bytes, crc: CrcOf[_Crc], previous: _Crc) -> _Crc:
         """:meth:`write`, and the running CRC of the part extended by ``data``."""
         result: _Crc = await self.write_chunks(offset, [data], crc, previous)
         return result
 
     async def write_chunks(
-        self, offset: int, chunks: Sequence[bytes], crc: _CrcOf[_Crc] | None, previous: _Crc
+        self, offset: int, chunks: Sequence[bytes], crc: CrcOf[_Crc] | None, previous: _Crc
     ) -> _Crc:
         """Write ``chunks`` back to back from ``offset`` (one vectored write: they are
         not joined), and return ``crc`` run over them from ``previous`` (``previous``
@@ -225,52 +209,23 @@ class TempFile:
             if offset == 0 and size == self.size and self._whole is None:
                 # A small deferred file: one write holds it all, its CRC right here.
                 self._whole = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-                return _crc_of(chunks, crc, previous)
+                return crc_of(chunks, crc, previous)
             await self.open()
             if self._whole is not None:
                 whole, self._whole = self._whole, None
-                await self._queued(0, [whole], None, None)
-        result: _Crc = await self._queued(offset, chunks, crc, previous)
+                await self._hops.write(0, [whole], None, None)
+        result: _Crc = await self._hops.write(offset, chunks, crc, previous)
         return result
 
-    async def _queued(
-        self, offset: int, chunks: Sequence[bytes], crc: _CrcOf[_Crc] | None, previous: _Crc
-    ) -> _Crc:
-        """The write, in the next executor hop, with the other writes issued until the
-        loop's next turn (parts woken by the same turn's bytes): one hop for them all."""
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[_Crc] = loop.create_future()
-        self._jobs.append((offset, chunks, crc, previous, done))
-        if len(self._jobs) == 1:
-            loop.call_soon(self._hop, loop)
-        return await done
-
-    def _hop(self, loop: asyncio.AbstractEventLoop) -> None:
-        jobs, self._jobs = self._jobs, []
-        try:
-            loop.run_in_executor(None, self._write_jobs_sync, loop, jobs)
-        except RuntimeError as exc:  # the executor is shut down
-            _deliver([(job[-1], None, exc) for job in jobs])
-
-    def _write_jobs_sync(self, loop: asyncio.AbstractEventLoop, jobs: list[_Job]) -> None:
-        results: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
-        for offset, chunks, crc, previous, done in jobs:
-            try:
-                results.append((done, self._write_sync(offset, chunks, crc, previous), None))
-            except Exception as exc:  # the awaiting part's to handle
-                results.append((done, None, exc))
-        with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
-            loop.call_soon_threadsafe(_deliver, results)
-
     def _write_sync(
-        self, offset: int, chunks: Sequence[bytes], crc: _CrcOf[_Crc] | None, previous: _Crc
+        self, offset: int, chunks: Sequence[bytes], crc: CrcOf[_Crc] | None, previous: _Crc
     ) -> _Crc:
         self._enter()
         try:
-            _write_all(self._fd, chunks, offset)
+            write_all(self._fd, chunks, offset)
         finally:
             self._leave()
-        return _crc_of(chunks, crc, previous)
+        return crc_of(chunks, crc, previous)
 
     async def digest(self, algorithm: str, start: int = 0, end: int | None = None) -> str:
         """SHA1/SHA256 of bytes ``[start, end)`` as written (default: all), base64, as
@@ -406,48 +361,6 @@ class TempFile:
             if self._created:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(self.path)
-
-
-def _deliver(results: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
-    for done, value, exc in results:
-        if done.done():  # its part was cancelled; the write ran (or was refused) anyway
-            continue
-        if exc is None:
-            done.set_result(value)
-        else:
-            done.set_exception(exc)
-
-
-def _crc_of(chunks: Sequence[bytes], crc: _CrcOf[_Crc] | None, value: _Crc) -> _Crc:
-    if crc is not None:
-        for chunk in chunks:
-            value = crc(chunk, value)
-    return value
-
-
-def _write_all(fd: int, chunks: Sequence[bytes], offset: int) -> None:
-    """Write ``chunks`` back to back from ``offset``: ``pwritev`` takes up to IOV_MAX
-    of them per call, and a short write resumes where it stopped."""
-    if not hasattr(os, "pwritev"):  # older macOS: one pwrite per chunk
-        for chunk in chunks:
-            view = memoryview(chunk)
-            while view:
-                written = os.pwrite(fd, view, offset)
-                view = view[written:]
-                offset += written
-        return
-    rest: list[Any] = list(chunks)
-    while rest:
-        batch = rest[:_IOV_MAX]
-        written = os.pwritev(fd, batch, offset)
-        offset += written
-        done = 0
-        while done < len(batch) and written >= len(batch[done]):
-            written -= len(batch[done])
-            done += 1
-        del rest[:done]
-        if written:
-            rest[0] = memoryview(rest[0])[written:]
 
 
 def _b64(digest: bytes) -> str:
