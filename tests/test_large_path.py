@@ -108,8 +108,8 @@ async def test_a_write_slower_than_the_read_timeout_is_not_a_stall(
 ) -> None:
     data = payload(3 * MiB)
     s3.put_object(Bucket=bucket, Key="k", Body=data)
-    config = asyncdl.TransferConfig(chunk_size=MiB, read_timeout=0.3, write_size=256 * KiB)
-    sink = SlowSink(len(data), delay=1.0)
+    config = asyncdl.TransferConfig(chunk_size=MiB, read_timeout=0.5, write_size=256 * KiB)
+    sink = SlowSink(len(data), delay=1.5)
     async with asyncdl.Engine(client, config=config) as engine:
         ctx = engine._context
         obj = ctx.s3_object(bucket, "k", {})
