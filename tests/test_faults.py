@@ -246,7 +246,7 @@ async def test_cancellation_at_random_points(
     gc.collect()  # an unclosed connection or file would warn here, and warnings are errors
 
 
-@pytest.mark.parametrize("where", ["posix_fallocate", "pwrite"])
+@pytest.mark.parametrize("where", ["posix_fallocate", "pwritev"])
 async def test_disk_full_removes_the_temp_file_and_is_not_retried(
     engine: asyncdl.Engine,
     s3: Any,

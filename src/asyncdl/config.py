@@ -34,8 +34,10 @@ class TransferConfig:
     read_timeout: float = 30.0
     #: Seconds to establish a connection.
     connect_timeout: float = 10.0
-    #: Bytes gathered from the network before one positional write to the file.
-    #: Bounds memory per in-flight part: no part body is held whole.
+    #: Bytes a part gathers from the network before one (vectored) write to the file.
+    #: Bounds memory per in-flight part: no part body is held whole. With more than 10
+    #: requests in flight each part gathers less, so the engine's parts gather about
+    #: 10 MiB all together (``parts.BUFFERED``) whatever ``max_concurrency``.
     write_size: int = 1 * MiB
     #: Base delay of the full-jitter exponential backoff between attempts, in seconds.
     backoff_base: float = 0.1

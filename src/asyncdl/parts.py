@@ -13,8 +13,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
+from .body_reader import BodyReader
+from .config import KiB, MiB, TransferConfig
 from .context import Context
 from .errors import ChecksumError, ObjectChangedError, RetryableError, translate
 from .progress import Reporter
@@ -23,10 +25,33 @@ from .retry import after_failure
 from .s3_source import Response, S3Object
 from .verify import Verifier
 
+#: Bytes the requests of one engine gather for writing, all together: what the
+#: default settings gather (10 requests, 1 MiB ``write_size`` each). With more requests
+#: in flight each gathers less (64: 160 KiB), and aiohttp holds as little of each body
+#: (see ``body_reader``), so memory does not grow with the concurrency.
+BUFFERED = 10 * MiB
+#: The smallest gathered write: below it the executor hop per write costs more CPU
+#: than the bytes it saves.
+MIN_WRITE = 64 * KiB
+
 NO_PART_GETS = (
     "the server answers a PartNumber GET with the whole object, not the upload part, "
     "so the object's COMPOSITE checksum (one per upload part) cannot be checked"
 )
+
+
+class Sink(Protocol):
+    """Where a fetch's bytes go."""
+
+    async def write_chunks(
+        self,
+        offset: int,
+        chunks: list[bytes],
+        crc: Callable[[bytes, Any], Any] | None,
+        previous: Any,
+    ) -> Any:
+        """Write ``chunks`` back to back from ``offset``; return ``crc`` run over them
+        from ``previous`` (``previous`` itself when ``crc`` is ``None``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,8 +60,8 @@ class Fetch:
 
     ctx: Context
     obj: S3Object
-    #: The temp file, or any sink with ``async write(offset, data)`` (a stream's).
-    sink: Any
+    #: The temp file, or a stream's queue: see :class:`Sink`.
+    sink: Sink
     etag: str | None
     size: int
     verifier: Verifier
@@ -68,7 +93,7 @@ class Part:
 
 async def fetch_into(
     ctx: Context,
-    sink: Any,
+    sink: Sink,
     obj: S3Object,
     *,
     etag: str | None,
@@ -77,9 +102,9 @@ async def fetch_into(
     end: int,
     response: Response | None,
 ) -> None:
-    """Fetch bytes ``[start, end)`` into ``sink`` (anything with ``write(offset, data)``,
-    each byte once), with the same retries and resumption as a download's parts;
-    without an ETag to pin a resumed range to, a failure ends it."""
+    """Fetch bytes ``[start, end)`` into ``sink`` (each byte once), with the same
+    retries and resumption as a download's parts; without an ETag to pin a resumed
+    range to, a failure ends it."""
     fetch = Fetch(ctx, obj, sink, etag, size, Verifier("off", None), Reporter(None), False)
     await fetch_part(fetch, Part(start, end), response)
 
@@ -303,72 +328,86 @@ async def _request_part(fetch: Fetch, part: Part, *, whole: bool) -> Response:
     return response
 
 
-async def _read(fetch: Fetch, response: Response, size: int) -> bytes:
-    """Up to ``size`` bytes of the body; a stall is dropped (to be resumed), whatever
-    the client's own timeouts (a borrowed client may have none)."""
-    read_timeout = fetch.ctx.config.read_timeout
-    try:
-        async with asyncio.timeout(read_timeout):
-            chunk: bytes = await response.body.read(size)
-    except TimeoutError:
-        raise RetryableError(f"no bytes for {read_timeout:g}s") from None
-    return chunk
-
-
 async def _drain(fetch: Fetch, response: Response, part: Part) -> None:
     """Stream ``response``'s body into the sink at ``part.pos``, in bounded writes."""
-    obj, sink = fetch.obj, fetch.sink
-    write_size = fetch.ctx.config.write_size
+    obj, config = fetch.obj, fetch.ctx.config
     if response.content_range is not None:
         body_start, limit = response.content_range.start, response.content_range.end
     else:  # a whole-object answer
         body_start, limit = 0, response.content_length
     if limit > part.end:
         raise obj.error(f"server sent bytes up to {limit}, past the expected end {part.end}")
-    skip = part.pos - body_start
-    while skip > 0:
-        # The whole object sent again: read past the bytes already on disk.
-        chunk = await _read(fetch, response, min(skip, write_size))
-        if not chunk:
-            raise RetryableError("the body ended before the bytes to resume from")
-        skip -= len(chunk)
-    pending: list[bytes] = []
-    pending_size = 0
-    crc = part.crc_fn
-    report = fetch.progress.add if fetch.progress.callback is not None else None
-
-    async def flush() -> None:
-        nonlocal pending_size
-        data = pending[0] if len(pending) == 1 else b"".join(pending)
-        if crc is None:
-            await sink.write(part.pos, data)
-        else:
-            part.crc = await sink.write_crc(part.pos, data, crc, part.crc)
-        if report is not None:
-            await report(len(data))
-        part.pos += len(data)
-        pending.clear()
-        pending_size = 0
-
-    try:
-        while chunk := await _read(fetch, response, write_size):
-            if part.pos + pending_size + len(chunk) > limit:
-                raise obj.error("server sent more bytes than it announced")
-            pending.append(chunk)
-            pending_size += len(chunk)
-            if pending_size >= write_size:
-                await flush()
-    except Exception:
-        # Bytes that arrived before a broken stream are good: keep them, so the retry
-        # resumes after them instead of fetching them again.
-        if pending:
-            await flush()
-        raise
-    if pending:
-        await flush()
+    target = write_target(config)
+    with BodyReader(response.body, config.read_timeout, target) as reader:
+        writes = _Writes(fetch, part, reader)
+        skip = part.pos - body_start
+        while skip > 0:
+            # The whole object sent again: read past the bytes already on disk.
+            chunk = await reader.read()
+            if not chunk:
+                raise RetryableError("the body ended before the bytes to resume from")
+            if len(chunk) > skip:
+                writes.add(chunk[skip:], limit)
+            skip -= len(chunk)
+        try:
+            while chunk := await reader.read():
+                writes.add(chunk, limit)
+                if writes.size >= target:
+                    del chunk  # held by the write only: it is freed when written
+                    await writes.flush()
+        except Exception:
+            # Bytes that arrived before a broken stream are good: keep them, so the retry
+            # resumes after them instead of fetching them again.
+            await writes.flush()
+            raise
+        await writes.flush()
     if part.pos != limit:
         # aiobotocore checks Content-Length at EOF; this guards a body without one.
         raise obj.error(f"body ended at byte {part.pos}, expected {limit}")
+
+
+def write_target(config: TransferConfig) -> int:
+    """Bytes a part gathers before it writes (it writes once it has that much, so one
+    piece more at most): ``write_size``, less when so many requests may run at once
+    that together they would gather more than ``BUFFERED``. A part holds bytes only
+    while its request holds a slot of the engine's budget."""
+    return min(config.write_size, max(MIN_WRITE, BUFFERED // config.max_concurrency))
+
+
+class _Writes:
+    """One body's pieces waiting to be written, and their write: the pieces as they
+    came (no join), the running CRC over them in the same executor hop."""
+
+    __slots__ = ("_fetch", "_part", "_reader", "_report", "pieces", "size")
+
+    def __init__(self, fetch: Fetch, part: Part, reader: BodyReader) -> None:
+        self._fetch, self._part, self._reader = fetch, part, reader
+        self._report = fetch.progress.add if fetch.progress.callback is not None else None
+        self.pieces: list[bytes] = []
+        self.size = 0
+
+    def add(self, chunk: bytes, limit: int) -> None:
+        if self._part.pos + self.size + len(chunk) > limit:
+            raise self._fetch.obj.error("server sent more bytes than it announced")
+        self.pieces.append(chunk)
+        self.size += len(chunk)
+
+    async def flush(self) -> None:
+        if not self.pieces:
+            return
+        part, size = self._part, self.size
+        self._reader.pause()
+        try:
+            part.crc = await self._fetch.sink.write_chunks(
+                part.pos, self.pieces, part.crc_fn, part.crc
+            )
+        finally:
+            self._reader.resume()
+        if self._report is not None:
+            await self._report(size)
+        part.pos += size
+        self.pieces = []
+        self.size = 0
 
 
 async def _after_failure(fetch: Fetch, exc: Exception, failures: int, what: str) -> int:

@@ -3,7 +3,8 @@
 The file is created exclusively next to the target (same file system, so
 ``os.replace`` is atomic), preallocated to the object's size so a full disk shows
 up before the first byte is fetched, and written with positional writes so parts
-land in any order. Blocking calls run in aiofiles' executor.
+land in any order. Blocking calls run in the loop's executor; a part's pieces go in
+one ``pwritev``, and the writes of one turn of the loop in one hop (``file_writes``).
 
 Cancellation can leave an executor call running after the awaiting task is gone:
 a create that has not yet returned its descriptor, or a write. Closing a
@@ -36,7 +37,7 @@ import re
 import stat
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Sequence
 from contextvars import ContextVar
 from pathlib import Path
 from typing import TypeVar
@@ -45,6 +46,7 @@ from aiofiles.os import wrap
 
 from . import quick_io
 from .checksums import crc_function, sha_of
+from .file_writes import CrcOf, WriteHops, crc_of, write_all
 
 _TEMP_SUFFIX = ".asyncdl-tmp"
 _Crc = TypeVar("_Crc")
@@ -132,6 +134,8 @@ class TempFile:
         self._closed = False
         #: A deferred file's whole content, held until commit writes it in one go.
         self._whole: bytes | None = None
+        #: Writes go to the executor in hops that take all the writes of a loop turn.
+        self._hops = WriteHops(self._write_sync)
 
     @property
     def opened(self) -> bool:
@@ -191,48 +195,43 @@ class TempFile:
             self._leave()
 
     async def write(self, offset: int, data: bytes) -> None:
+        await self.write_chunks(offset, [data], None, None)
+
+    async def write_crc(self, offset: int, data: bytes, crc: CrcOf[_Crc], previous: _Crc) -> _Crc:
+        """:meth:`write`, and the running CRC of the part extended by ``data``."""
+        result: _Crc = await self.write_chunks(offset, [data], crc, previous)
+        return result
+
+    async def write_chunks(
+        self, offset: int, chunks: Sequence[bytes], crc: CrcOf[_Crc] | None, previous: _Crc
+    ) -> _Crc:
+        """Write ``chunks`` back to back from ``offset`` (one vectored write: they are
+        not joined), and return ``crc`` run over them from ``previous`` (``previous``
+        when ``crc`` is ``None``), computed in the same executor hop (awscrt releases
+        the GIL: off the event loop). The running value is ``crc``'s own: one CRC, or
+        several while the algorithm is not known yet (``checksums.every_crc``)."""
         if not self.opened:
-            if offset == 0 and len(data) == self.size and self._whole is None:
-                self._whole = data
-                return
+            size = sum(map(len, chunks))
+            if offset == 0 and size == self.size and self._whole is None:
+                # A small deferred file: one write holds it all, its CRC right here.
+                self._whole = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+                return crc_of(chunks, crc, previous)
             await self.open()
             if self._whole is not None:
                 whole, self._whole = self._whole, None
-                await _write(self, 0, whole)
-        await _write(self, offset, data)
-
-    async def write_crc(
-        self, offset: int, data: bytes, crc: Callable[[bytes, _Crc], _Crc], previous: _Crc
-    ) -> _Crc:
-        """:meth:`write`, and the running CRC of the part extended by ``data``, computed
-        in the same executor hop (awscrt releases the GIL: off the event loop). The
-        running value is ``crc``'s own: one CRC, or several while the algorithm is not
-        known yet (``checksums.every_crc``)."""
-        if not self.opened and offset == 0 and len(data) == self.size and self._whole is None:
-            self._whole = data  # a small deferred file: one write, its CRC right here
-            return crc(data, previous)
-        if not self.opened:
-            await self.write(offset, data)
-            return crc(data, previous)
-        result: _Crc = await _write_crc(self, offset, data, crc, previous)
+                await self._hops.write(0, [whole], None, None)
+        result: _Crc = await self._hops.write(offset, chunks, crc, previous)
         return result
 
-    def _write_crc_sync(
-        self, offset: int, data: bytes, crc: Callable[[bytes, _Crc], _Crc], previous: _Crc
+    def _write_sync(
+        self, offset: int, chunks: Sequence[bytes], crc: CrcOf[_Crc] | None, previous: _Crc
     ) -> _Crc:
-        self._write_sync(offset, data)
-        return crc(data, previous)
-
-    def _write_sync(self, offset: int, data: bytes) -> None:
         self._enter()
         try:
-            view = memoryview(data)
-            while view:
-                written = os.pwrite(self._fd, view, offset)
-                view = view[written:]
-                offset += written
+            write_all(self._fd, chunks, offset)
         finally:
             self._leave()
+        return crc_of(chunks, crc, previous)
 
     async def digest(self, algorithm: str, start: int = 0, end: int | None = None) -> str:
         """SHA1/SHA256 of bytes ``[start, end)`` as written (default: all), base64, as
@@ -429,7 +428,5 @@ def _preallocate(fd: int, size: int) -> None:
 
 
 _open = wrap(TempFile._open_sync)
-_write = wrap(TempFile._write_sync)
-_write_crc = wrap(TempFile._write_crc_sync)
 _digest = wrap(TempFile._digest_sync)
 _crc = wrap(TempFile._crc_sync)

@@ -1,0 +1,119 @@
+"""Reading a GET's body as the network delivered it, with one stall watch per body.
+
+aiobotocore's streaming body reads through aiohttp's ``StreamReader.read(n)``, which
+joins (copies) the pieces aiohttp holds into one ``bytes``; asyncdl then gathered
+those into writes (a second copy), and wrapped each read in ``asyncio.timeout`` (a
+timer armed and cancelled per read). Here an aiohttp body is read with
+``readchunk()``: each piece as aiohttp parsed it, no copy, and the caller writes the
+pieces it gathered with one vectored write. A stall is caught by one timer per body
+that is pushed forward only when it fires: a read stamps the time, the timer
+compares. When it finds no byte for ``read_timeout``, it fails the aiohttp stream
+with a ``RetryableError`` (the read in progress raises it), rather than cancelling
+the task, which could land in a write the caller has in flight. While the caller
+writes, the watch is paused: a slow disk is not a stalled server.
+
+Any other body (another HTTP backend, or a body that checks what it reads) is read
+with ``read(size)`` under ``asyncio.timeout``, as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import aiohttp
+from aiobotocore.response import AioStreamingBody
+
+from .errors import RetryableError
+
+
+def _stream_of(body: Any) -> aiohttp.StreamReader | None:
+    """The aiohttp stream under a plain aiobotocore body, or ``None`` for any other
+    body: a subclass does work on its reads (botocore's checksum check, for a client
+    that validates responses itself) that reading past it would skip."""
+    if type(body) is not AioStreamingBody:
+        return None
+    raw = getattr(body, "_raw_stream", None)
+    if not isinstance(raw, aiohttp.ClientResponse):
+        return None
+    content = raw.content
+    return content if isinstance(content, aiohttp.StreamReader) else None
+
+
+def _hold_at_most(stream: aiohttp.StreamReader, size: int) -> None:
+    """Make aiohttp stop reading the socket once it holds ``size`` bytes of the body.
+
+    It holds up to twice its ``read_bufsize`` (256 KiB) per response, and a socket
+    read more: with 64 responses in flight that is more than the bytes the caller
+    gathers. ``read_bufsize`` belongs to the session (aiobotocore's) and
+    ``set_read_chunk_size`` only raises the limits, so the stream's own are lowered
+    here, when it has them (an aiohttp without them keeps its own)."""
+    if getattr(stream, "_high_water", 0) > size and hasattr(stream, "_low_water"):
+        stream._high_water = size
+        stream._low_water = size // 2
+
+
+class BodyReader:
+    """The pieces of one response body; use as a context manager (it owns a timer)."""
+
+    def __init__(self, body: Any, read_timeout: float, size: int) -> None:
+        self._body = body
+        self._timeout = read_timeout
+        #: Bytes aiohttp may hold ahead of the reader; the bytes asked of a body that
+        #: is not aiohttp's (it has no pieces of its own).
+        self._size = size
+        self._stream = _stream_of(body)
+        if self._stream is not None:
+            _hold_at_most(self._stream, size)
+        self._loop = asyncio.get_running_loop()
+        self._last = self._loop.time()
+        self._paused = False
+        self._timer: asyncio.TimerHandle | None = None
+
+    def __enter__(self) -> BodyReader:
+        if self._stream is not None:
+            self._timer = self._loop.call_at(self._last + self._timeout, self._check)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    async def read(self) -> bytes:
+        """The next piece; ``b""`` at the end of the body."""
+        stream = self._stream
+        if stream is None:
+            return await self._read_other()
+        while True:
+            data, end_of_http_chunk = await stream.readchunk()
+            self._last = self._loop.time()
+            # (b"", True) marks the end of a chunk of a chunked body, (b"", False) the end.
+            if data or not end_of_http_chunk:
+                return data
+
+    async def _read_other(self) -> bytes:
+        try:
+            async with asyncio.timeout(self._timeout):
+                chunk: bytes = await self._body.read(self._size)
+        except TimeoutError:
+            raise RetryableError(f"no bytes for {self._timeout:g}s") from None
+        return chunk
+
+    def pause(self) -> None:
+        """The caller is writing: no read is waiting, so nothing can stall."""
+        self._paused = True
+
+    def resume(self) -> None:
+        self._paused = False
+        self._last = self._loop.time()
+
+    def _check(self) -> None:
+        assert self._stream is not None
+        now = self._loop.time()
+        due = now + self._timeout if self._paused else self._last + self._timeout
+        if due <= now:
+            self._timer = None
+            self._stream.set_exception(RetryableError(f"no bytes for {self._timeout:g}s"))
+            return
+        self._timer = self._loop.call_at(due, self._check)
