@@ -19,13 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import quick_io
 from .checksums import ExpectedChecksum, parse_checksum
 from .config import finite, is_int_at_least
 from .context import Context
 from .errors import ChecksumError, InvalidRequestError, translate
 from .parts import Fetch, Part, fetch_by_part_number, fetch_part, fetch_ranges
 from .progress import ProgressCallback, Reporter
-from .quick_io import QUICK_IO
 from .request_args import ExtraArgs, check_bucket_and_key, check_extra_args, check_target
 from .results import DownloadResult
 from .retry import logger, with_retries
@@ -71,7 +71,7 @@ async def check(
     check_bucket_and_key(bucket, key)
     where = {"bucket": bucket, "key": key}
     args = check_extra_args(extra_args, **where)
-    target: Path = await QUICK_IO.call(check_target, path, **where)
+    target: Path = await quick_io.QUICK_IO.call(check_target, path, **where)
     if size is not None and not is_int_at_least(size, 0):
         raise InvalidRequestError(f"size must be an int >= 0, got {size!r}", **where)
     if etag is not None:
