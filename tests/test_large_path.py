@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 import asyncdl
+from asyncdl.body_reader import BodyReader
 from asyncdl.parts import BUFFERED, Fetch, fetch_ranges
 from asyncdl.progress import Reporter
 from asyncdl.testing.moto_server import serving_ranges
@@ -182,3 +183,22 @@ async def test_writes_issued_together_share_one_executor_hop(tmp_path: Path) -> 
     assert executor.calls - before == 1
     await temp.commit()
     assert (tmp_path / "t").read_bytes() == b"".join(bytes([i]) * 10 for i in range(8))
+
+
+@pytest.mark.parametrize(("size", "expected"), [(128 * 1024, 64 * 1024), (1024 * 1024, 256 * 1024)])
+async def test_socket_reads_are_half_a_write_at_most(
+    s3: Any, bucket: str, client: Any, size: int, expected: int
+) -> None:
+    # At high concurrency a write is small: each of the many responses then reads its
+    # socket half a write at a time, not asyncio's 256 KiB (which, per response, was
+    # most of the bytes held at once). At the default a write is 1 MiB: unchanged.
+    s3.put_object(Bucket=bucket, Key="k", Body=payload(4 * size))
+    response = await client.get_object(Bucket=bucket, Key="k")
+    body = response["Body"]
+    try:
+        with BodyReader(body, read_timeout=10.0, size=size) as reader:
+            transport = body._raw_stream.connection.transport
+            assert transport.max_size == expected
+            assert await reader.read()
+    finally:
+        body.close()
