@@ -49,12 +49,16 @@ class QuickIO:
     async def call(self, function: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
         """``function(*args, **kwargs)``: on the loop while that is quick, else in the
         default executor."""
+        call = functools.partial(function, *args, **kwargs)
         if not self.allowed():
-            loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(None, functools.partial(function, *args, **kwargs))
+            return await asyncio.get_running_loop().run_in_executor(None, call)
+        return self.timed(call)
+
+    def timed(self, function: Callable[[], _T]) -> _T:
+        """``function()`` here, on the loop, its time counted (see :meth:`took`)."""
         started = time.perf_counter()
         try:
-            return function(*args, **kwargs)
+            return function()
         finally:
             self.took(time.perf_counter() - started)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from botocore.exceptions import ClientError
 
@@ -16,6 +16,8 @@ from .errors import DownloadError, ObjectChangedError, client_error_status
 from .ranges import ByteRange, ContentRange, parse_content_range
 from .request_args import ExtraArgs
 from .signed_get import Fallback, GetTemplate, RawResponse, SignedGets
+
+_T = TypeVar("_T")
 
 
 def normalize_etag(etag: str) -> str:
@@ -179,14 +181,7 @@ class S3Object:
             try:
                 raw = await self._signed.send(template, self.key, if_match=if_match)
             except Fallback:
-                # A redirect, as for a GET (see _send).
-                try:
-                    meta = await self._head_object(if_match)
-                except Exception:
-                    self._signed.redirected(self.bucket, template)
-                    raise
-                self._signed.redirected(self.bucket, template)
-                return meta
+                return await self._redirected(template, self._head_object(if_match))
         headers = raw.headers
         etag = headers.get("etag")
         return ObjectMeta(
@@ -278,17 +273,23 @@ class S3Object:
                     part_number=part_number,
                 )
             except Fallback:
-                # A redirect: botocore follows it and learns the bucket's region; only
-                # once it has answered may the bucket's template be captured again.
-                try:
-                    response = await self._get_object(range_header, if_match, part_number)
-                except Exception:
-                    self._signed.redirected(self.bucket, template)
-                    raise
-                self._signed.redirected(self.bucket, template)
-                return response
+                retry = self._get_object(range_header, if_match, part_number)
+                return await self._redirected(template, retry)
             return self._wrap(Response.from_raw, raw)
         return await self._get_object(range_header, if_match, part_number)
+
+    async def _redirected(self, template: GetTemplate, retry: Awaitable[_T]) -> _T:
+        """A lean request was redirected: ``retry`` sends it through botocore, which
+        follows the redirect and learns the bucket's region; only once it has answered
+        may the bucket's template be captured again."""
+        assert self._signed is not None
+        try:
+            result = await retry
+        except Exception:
+            self._signed.redirected(self.bucket, template)
+            raise
+        self._signed.redirected(self.bucket, template)
+        return result
 
     async def _get_object(
         self, range_header: str | None, if_match: str | None, part_number: int | None

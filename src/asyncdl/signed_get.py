@@ -95,11 +95,9 @@ class GetTemplate:
     url_prefix: str
     url_suffix: str
     headers: tuple[tuple[str, str], ...]
-    #: (region, service) to sign for; ``None`` for an unsigned (anonymous) client.
-    scope: tuple[str, str] | None
     #: Captured after a GET of this bucket was redirected (botocore knew its region).
     after_redirect: bool = False
-    #: Signs each GET as botocore would (``None`` with ``scope``).
+    #: Signs each request as botocore would; ``None`` for an unsigned (anonymous) client.
     signer: Signer | None = None
     #: ``GetObject`` or ``HeadObject``.
     operation: str = "GetObject"
@@ -115,7 +113,8 @@ class GetTemplate:
         )
         return (
             f"GetTemplate(url_prefix={self.url_prefix!r}, url_suffix={self.url_suffix!r}, "
-            f"headers={headers!r}, scope={self.scope!r}, after_redirect={self.after_redirect!r}, "
+            f"headers={headers!r}, scope={self.signer.scope if self.signer else None!r}, "
+            f"after_redirect={self.after_redirect!r}, "
             f"operation={self.operation!r})"
         )
 
@@ -351,7 +350,6 @@ def _template_from(request: Any, *, operation: str, after_redirect: bool) -> Get
         url_prefix=prefix,
         url_suffix=suffix,
         headers=kept,
-        scope=scope,
         after_redirect=after_redirect,
         signer=signer,
         operation=operation,

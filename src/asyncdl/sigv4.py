@@ -45,7 +45,7 @@ class Signer:
     """Signs the requests of one template: ``url_prefix + encoded key + url_suffix``,
     with ``headers`` (botocore's prepared headers, per-request ones left out)."""
 
-    __slots__ = ("_fixed", "_path_prefix", "_path_suffix", "_payload", "_query", "_scope")
+    __slots__ = ("_fixed", "_path_prefix", "_path_suffix", "_payload", "_query", "scope")
 
     def __init__(
         self,
@@ -56,7 +56,8 @@ class Signer:
         payload_hash: str,
         scope: tuple[str, str],
     ) -> None:
-        self._scope = scope
+        #: (region, service) signed for.
+        self.scope = scope
         self._payload = payload_hash
         # The key goes between prefix and suffix; neither holds part of the other's
         # section (the key is percent-encoded: no '?' of its own).
@@ -120,7 +121,7 @@ class Signer:
             )
         )
         date = stamp[:8]
-        region, service = self._scope
+        region, service = self.scope
         scope = f"{date}/{region}/{service}/aws4_request"
         to_sign = "\n".join(
             (_ALGORITHM, stamp, scope, hashlib.sha256(canonical.encode()).hexdigest())

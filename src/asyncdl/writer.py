@@ -36,7 +36,6 @@ import random
 import re
 import stat
 import threading
-import time
 from collections.abc import Sequence
 from contextvars import ContextVar
 from pathlib import Path
@@ -284,12 +283,9 @@ class TempFile:
         Once called, it runs to the end: a cancellation (or timeout) that lands
         meanwhile waits for it, then goes on; :attr:`published` tells whether the
         target was replaced."""
-        if not self.opened and not self._fsync and quick_io.QUICK_IO.allowed():
-            started = time.perf_counter()
-            try:
-                self._publish_sync()
-            finally:
-                quick_io.QUICK_IO.took(time.perf_counter() - started)
+        policy = quick_io.QUICK_IO
+        if not self.opened and not self._fsync and policy.allowed():
+            policy.timed(self._publish_sync)
             return
         # A plain executor future, as aiofiles' wrappers use: no task made per object.
         work = self._commit_sync if self.opened else self._publish_sync
