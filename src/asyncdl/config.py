@@ -53,6 +53,10 @@ class TransferConfig:
     #: carry, send nothing extra for one), ``"required"`` (fail unless verified), or
     #: ``"off"``. See ``asyncdl.verify``.
     validate: str = "when_available"
+    #: Keep a failed, cancelled or killed download's partial file and its journal next
+    #: to the target, and continue it the next time the same object is downloaded to
+    #: the same path (see ``asyncdl.resume``). False: a failed download leaves nothing.
+    resume: bool = False
     #: Parts a ``stream()`` fetches ahead of its reader; memory is about this many
     #: ``chunk_size`` buffers per stream.
     stream_prefetch: int = 4
@@ -72,7 +76,7 @@ class TransferConfig:
             raise ValueError(
                 f"validate must be 'when_available', 'required' or 'off', got {self.validate!r}"
             )
-        for name in ("fsync", "lean_get"):
+        for name in ("fsync", "lean_get", "resume"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
 

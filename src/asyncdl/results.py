@@ -34,6 +34,14 @@ class DownloadResult:
     verified: bool = False
     #: Why the object was not verified (``None`` when it was).
     unverified_reason: str | None = None
+    #: Bytes kept from an earlier attempt's partial file (``resume=True``): not fetched
+    #: again.
+    reused_bytes: int = 0
+    #: Why a partial file from an earlier attempt was found and not used (the object
+    #: changed, its journal was damaged, ...); ``None`` when none was found or it was used.
+    partial_discarded: str | None = None
+    #: Already there (``skip_existing``): nothing was sent and the file was not touched.
+    skipped: bool = False
 
     @property
     def ok(self) -> bool:
