@@ -27,7 +27,7 @@ from moto.s3.models import s3_backends
 
 import asyncdl
 import asyncdl.dask as adask
-from asyncdl.dask import _skip
+from asyncdl import file_records as _skip
 from asyncdl.dask._partition import Job
 from asyncdl.testing.moto_server import FAKE_ENV
 from asyncdl.testing.tcp_proxy import Fault, TcpProxy

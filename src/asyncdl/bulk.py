@@ -10,8 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import re
-from collections.abc import AsyncGenerator, AsyncIterable, Iterable
+from collections.abc import AsyncGenerator, AsyncIterable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -19,9 +18,13 @@ from typing import Any
 from aiofiles.os import wrap
 
 from . import transfer
-from .config import is_int_at_least
+from .config import TransferConfig, is_int_at_least
 from .context import Context
 from .errors import DownloadError, InvalidRequestError, translate
+from .file_records import SKIP_MODES, Skips
+from .filters import Filters, compile_filters
+from .key_paths import folder
+from .key_paths import relative_path as relative_path  # noqa: PLC0414 - re-exported: its old home
 from .listing import list_pages
 from .progress import ProgressCallback
 from .request_args import ExtraArgs, redacted
@@ -73,6 +76,10 @@ def as_request(item: object) -> DownloadRequest:
     if not isinstance(item.path, (str, os.PathLike)):
         raise InvalidRequestError(f"path must be a str or os.PathLike, got {item.path!r}", **where)
     return item
+
+
+def _name(strategy: str | Strategy) -> str:
+    return strategy if isinstance(strategy, str) else strategy.name
 
 
 def _text(value: object) -> str:
@@ -192,7 +199,7 @@ def failed(
         path=where,
         size=size,
         etag=None,
-        strategy=strategy if isinstance(strategy, str) else strategy.name,
+        strategy=_name(strategy),
         requests=error.requests,
         error=error,
     )
@@ -208,43 +215,57 @@ async def download_prefix(
     extra_args: ExtraArgs | None,
     timeout: float | None = None,
     progress: ProgressCallback | None = None,
+    skip_existing: str | None = None,
+    filters: Iterable[tuple[str, str]] | None = None,
 ) -> AsyncGenerator[DownloadResult]:
     """See :meth:`Engine.download_prefix`."""
+    where = {"bucket": _text(bucket), "key": prefix if isinstance(prefix, str) else ""}
     if not isinstance(prefix, str):
+        raise InvalidRequestError(f"prefix must be a string, got {prefix!r}", **where)
+    if skip_existing is not None and skip_existing not in SKIP_MODES:
         raise InvalidRequestError(
-            f"prefix must be a string, got {prefix!r}", bucket=_text(bucket), key=""
+            f"skip_existing must be None, 'size' or 'etag', got {skip_existing!r}", **where
         )
-    folder = _folder(prefix)
-    root = await _check_dest_dir_off_loop(dest_dir, bucket=bucket, prefix=folder)
+    try:
+        kept = compile_filters(filters)
+    except ValueError as exc:
+        raise InvalidRequestError(str(exc), **where) from None
+    base = folder(prefix)
+    root = await _check_dest_dir_off_loop(dest_dir, bucket=bucket, prefix=base)
     places = _Places(root)
-    listing = _list_requests(
-        ctx,
-        bucket=bucket,
-        prefix=folder,
-        places=places,
-        strategy=strategy,
-        extra_args=extra_args,
-    )
-    results = download_many(
-        ctx,
-        listing,
-        strategy=strategy,
-        extra_args=extra_args,
-        timeout=timeout,
-        progress=progress,
-    )
-    # Closing this generator closes the inner one at once: in-flight downloads are
-    # cancelled and their temp files removed now, not when the collector runs.
-    async with contextlib.aclosing(results):
-        async for result in results:
-            places.settle(result)
-            yield result
-
-
-def _folder(prefix: str) -> str:
-    # "logs" is the folder logs/, as "cp -r logs" has it: as a bare string prefix it
-    # would also take logsa (landing on a/, beside logs/a) and logs2/a (on 2/a).
-    return prefix if not prefix or prefix.endswith("/") else prefix + "/"
+    skips = None if skip_existing is None else Skips(root, skip_existing)
+    try:
+        if skips is not None:
+            await skips.load()
+        listing = _list_requests(
+            ctx,
+            bucket=bucket,
+            prefix=base,
+            places=places,
+            strategy=strategy,
+            extra_args=extra_args,
+            filters=kept,
+            skips=skips,
+        )
+        results = download_many(
+            ctx,
+            listing,
+            strategy=strategy,
+            extra_args=extra_args,
+            timeout=timeout,
+            progress=progress,
+        )
+        # Closing this generator closes the inner one at once: in-flight downloads are
+        # cancelled and their temp files removed now, not when the collector runs.
+        async with contextlib.aclosing(results):
+            async for result in results:
+                places.settle(result)
+                if skips is not None:
+                    await skips.remember(result)
+                yield result
+    finally:
+        if skips is not None:
+            skips.close()
 
 
 # ListObjectsV2 takes these of a download's arguments; the rest are per object.
@@ -308,6 +329,58 @@ class _Places:
             self._files.pop(result.path, None)  # on disk: os.makedirs sees it now
 
 
+@dataclass(frozen=True, slots=True)
+class Listed:
+    """One object of a prefix's listing, and where it lands under the destination."""
+
+    key: str
+    size: int
+    etag: str | None
+    #: Its path under the destination; ``None`` when the key is refused (``refusal``).
+    relative: PurePosixPath | None
+    refusal: str | None = None
+
+
+async def list_prefix(
+    client: Any,
+    config: TransferConfig,
+    *,
+    bucket: str,
+    prefix: str,
+    filters: Filters | None,
+    extra_args: ExtraArgs | None,
+) -> AsyncGenerator[Listed]:
+    """The objects in the folder ``prefix`` (ending in ``/``, or empty) that ``filters``
+    include, folder markers left out, each with its place; nothing is written. A
+    listing that fails raises its ``DownloadError``."""
+    params = {name: extra_args[name] for name in _LIST_ARGS if extra_args and name in extra_args}
+    pages = list_pages(client, config, bucket=bucket, prefix=prefix, params=params)
+    with _translated(bucket, prefix):
+        async for page in pages:
+            for entry in page.get("Contents", ()):
+                key, size = entry["Key"], int(entry["Size"])
+                if key.endswith("/") and size == 0:
+                    continue  # a folder marker, not a file
+                if filters is not None and not filters.includes(key[len(prefix) :]):
+                    continue
+                try:
+                    relative, refusal = relative_path(key, prefix), None
+                except ValueError as exc:
+                    relative, refusal = None, str(exc)
+                yield Listed(key, size, entry.get("ETag"), relative, refusal)
+
+
+@contextlib.contextmanager
+def _translated(bucket: str, prefix: str) -> Iterator[None]:
+    """A listing's failure as a ``DownloadError`` on the prefix."""
+    try:
+        yield
+    except DownloadError:
+        raise
+    except Exception as exc:
+        raise translate(exc, bucket=bucket, key=prefix) from exc
+
+
 async def _list_requests(
     ctx: Context,
     *,
@@ -316,88 +389,36 @@ async def _list_requests(
     places: _Places,
     strategy: str | Strategy,
     extra_args: ExtraArgs | None,
+    filters: Filters | None,
+    skips: Skips | None,
 ) -> AsyncGenerator[DownloadRequest | DownloadResult]:
-    params = {name: extra_args[name] for name in _LIST_ARGS if extra_args and name in extra_args}
-    pages = list_pages(ctx.client, ctx.config, bucket=bucket, prefix=prefix, params=params)
-    try:
-        async for page in pages:
-            for entry in page.get("Contents", ()):
-                key, size = entry["Key"], int(entry["Size"])
-                if key.endswith("/") and size == 0:
-                    continue  # a folder marker, not a file
-                try:
-                    relative = relative_path(key, prefix)
-                except ValueError as exc:
-                    refusal = InvalidRequestError(str(exc), bucket=bucket, key=key)
+    listing = list_prefix(
+        ctx.client,
+        ctx.config,
+        bucket=bucket,
+        prefix=prefix,
+        filters=filters,
+        extra_args=extra_args,
+    )
+    # A directory that cannot be made (the root, say) fails the listing, as a page would.
+    with _translated(bucket, prefix):
+        async with contextlib.aclosing(listing):
+            async for item in listing:
+                key, size, etag = item.key, item.size, item.etag
+                if item.relative is None:
+                    refusal = InvalidRequestError(str(item.refusal), bucket=bucket, key=key)
                     yield failed(bucket, key, places.root, refusal, strategy, size=size)
                     continue
-                target = places.root.joinpath(*relative.parts)
-                conflict = await places.claim(key, target, len(relative.parts))
+                target = places.root.joinpath(*item.relative.parts)
+                # Before the claim: a file already there needs no directory made for it.
+                if skips is not None and await skips.skips(target, size, etag):
+                    yield DownloadResult(
+                        bucket, key, target, size, etag, _name(strategy), requests=0, skipped=True
+                    )
+                    continue
+                conflict = await places.claim(key, target, len(item.relative.parts))
                 if conflict is not None:
                     refusal = InvalidRequestError(conflict, bucket=bucket, key=key)
                     yield failed(bucket, key, target, refusal, strategy, size=size)
                     continue
-                yield DownloadRequest(bucket, key, target, size=size, etag=entry.get("ETag"))
-    except DownloadError:
-        raise
-    except Exception as exc:
-        raise translate(exc, bucket=bucket, key=prefix) from exc
-
-
-# Windows refuses these in a name. A colon is worse than refused: "D:x" is a path
-# relative to drive D (outside the destination), "a:b" the NTFS stream b of file a.
-_WINDOWS_FORBIDDEN = re.compile(r'[<>:"|?*\x00-\x1f]')
-# Device names, in any case and with any extension ("nul.txt" is NUL too).
-_WINDOWS_DEVICES = frozenset(
-    {"CON", "PRN", "AUX", "NUL", "CONIN$", "CONOUT$"}
-    | {f"{port}{n}" for port in ("COM", "LPT") for n in "0123456789\u00b9\u00b2\u00b3"}
-)
-
-
-def relative_path(key: str, prefix: str, *, windows: bool | None = None) -> PurePosixPath:
-    """Where ``key`` lands under the destination, or ``ValueError`` if it would escape it.
-
-    A ``prefix`` that does not end in ``/`` (and is not empty) is the folder
-    ``prefix/``: ``logs/a`` is ``a`` under ``logs``, and ``logsa`` is not in it. Each
-    segment after the prefix must name itself, one file or directory, under the rules
-    of the platform (Windows' with ``windows``, by default where ``os.name`` is
-    ``"nt"``): nowhere an empty, ``.`` or ``..`` segment, a NUL or a backslash; on
-    Windows also no drive or stream colon nor other character it refuses, no trailing
-    dot or space (it drops them), no device name (``CON``, ``nul.txt``, ``COM1``).
-    """
-    folder = _folder(prefix)
-    if not key.startswith(folder):
-        raise ValueError(f"key {key!r} is not in the folder {folder!r}")
-    rest = key[len(folder) :]
-    if not rest:
-        raise ValueError(f"key {key!r} names no file under the prefix {prefix!r}")
-    if rest.startswith("/"):
-        raise ValueError(f"refusing key {key!r}: an absolute path")
-    if windows is None:
-        windows = os.name == "nt"
-    segments = rest.split("/")
-    for segment in segments:
-        if segment in ("", ".", ".."):
-            raise ValueError(
-                f"refusing key {key!r}: segment {segment!r} would leave or blur the destination"
-            )
-        if "\x00" in segment or "\\" in segment:
-            raise ValueError(f"refusing key {key!r}: a NUL or backslash in a path segment")
-        why = _windows_refusal(segment) if windows else None
-        if why is not None:
-            raise ValueError(f"refusing key {key!r}: segment {segment!r} {why}")
-    return PurePosixPath(*segments)
-
-
-def _windows_refusal(segment: str) -> str | None:
-    """Why Windows would not store ``segment`` as one name of its own, else ``None``."""
-    forbidden = _WINDOWS_FORBIDDEN.search(segment)
-    if forbidden is not None:
-        if forbidden.group() == ":":
-            return "holds ':', a drive or stream separator on Windows"
-        return f"holds {forbidden.group()!r}, which Windows does not allow in a name"
-    if segment.endswith((".", " ")):
-        return "ends in a dot or space, which Windows drops"
-    if segment.partition(".")[0].rstrip(" ").upper() in _WINDOWS_DEVICES:
-        return "is a device name on Windows"
-    return None
+                yield DownloadRequest(bucket, key, target, size=size, etag=etag)

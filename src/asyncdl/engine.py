@@ -236,6 +236,8 @@ class Engine:
         extra_args: ExtraArgs | None = None,
         timeout: float | None = None,
         progress: ProgressCallback | None = None,
+        skip_existing: str | None = None,
+        filters: Iterable[tuple[str, str]] | None = None,
     ) -> AsyncGenerator[DownloadResult]:
         """Download every object under ``s3://bucket/prefix`` into ``dest_dir``.
 
@@ -247,6 +249,16 @@ class Engine:
         outside ``dest_dir``, or on a path an earlier key of the listing holds
         (``p/x`` and ``p/x/y``: a file and a directory), is refused and reported as
         that item's error; folder markers (``.../`` of size 0) are skipped.
+
+        ``skip_existing``: ``"size"`` skips an object whose file is there with the
+        listed size; ``"etag"`` also needs the record made when asyncdl wrote the file
+        to hold the listed ETag and still vouch for the file (same size and mtime: a
+        file changed since is fetched again). A skipped object yields a result with
+        ``skipped=True`` and ``requests=0``, and nothing is sent for it; with either
+        mode every file downloaded is recorded (xattr ``user.asyncdl.etag``, else
+        ``dest_dir/.asyncdl-etags/``). ``filters``: ``("exclude" | "include",
+        pattern)`` pairs with the AWS CLI's meaning (see :mod:`asyncdl.filters`); an
+        excluded key is neither downloaded nor yielded.
         """
         return bulk.download_prefix(
             self._context,
@@ -257,4 +269,6 @@ class Engine:
             extra_args=extra_args,
             timeout=timeout,
             progress=with_total(progress) if progress is not None else None,
+            skip_existing=skip_existing,
+            filters=filters,
         )

@@ -1,4 +1,4 @@
-"""The ``asyncdl`` command: ``cp``, ``cp --recursive``, ``cat`` and ``demo``.
+"""The ``asyncdl`` command: ``cp``, ``cp --recursive``, ``sync``, ``cat`` and ``demo``.
 
 Exit status: 0 when every object was downloaded, 1 when any failed (one
 ``error: s3://bucket/key: ...`` line each, then ``N of M objects failed``), 2 for a
@@ -10,7 +10,7 @@ removed first; a signal inherited as ignored, as under ``nohup``, stays ignored;
 
 ``app`` holds the group and the options every command shares, ``commands`` the
 commands, ``work`` what they run, ``params`` what the arguments accept and
-``output`` what is printed.
+``output`` what is printed; ``sync`` and ``sync_work`` are ``sync``'s command and run.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ except ModuleNotFoundError as missing:  # pragma: no cover - depends on the inst
     ) from None
 
 from . import commands as _commands  # noqa: F401 - registers the commands with the group
+from . import sync as _sync  # noqa: F401 - registers "sync"
 from .app import INTERRUPTED, cli, main
 
 __all__ = ["INTERRUPTED", "cli", "main"]

@@ -33,6 +33,8 @@ def result_json(result: DownloadResult) -> dict[str, Any]:
         "etag": result.etag,
         "strategy": result.strategy,
         "requests": result.requests,
+        # Only a skipped object's line says so (cp never skips: its lines are unchanged).
+        **({"skipped": True} if result.skipped else {}),
         "checksum": result.checksum,
         "verified": result.verified,
         "unverified_reason": result.unverified_reason,
@@ -107,7 +109,7 @@ class Output:
         """One object done: its line (or JSON), and its error on stderr."""
         if self.json_lines:
             self.print_line(json.dumps(result_json(result)), sys.stdout)
-        elif result.error is None and not self.quiet:
+        elif result.error is None and not result.skipped and not self.quiet:
             where = f"s3://{result.bucket}/{result.key}"
             self.print_line(f"download: {where} to {result.path}", sys.stdout)
         self.count(result.error)

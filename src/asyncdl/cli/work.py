@@ -51,16 +51,28 @@ async def copy_one(
 
 
 async def copy_prefix(
-    settings: Settings, bucket: str, prefix: str, root: Path, *, strategy: str, output: Output
+    settings: Settings,
+    bucket: str,
+    prefix: str,
+    root: Path,
+    *,
+    strategy: str,
+    output: Output,
+    keys: set[str] | None = None,
+    **options: Any,
 ) -> bool:
-    """Download the prefix; False if the listing failed before it finished."""
+    """Download the prefix (``options``: ``download_prefix``'s, as ``sync`` sets them;
+    each result's key added to ``keys``); False if the listing failed before it
+    finished."""
     async with _open_engine(settings) as engine:
         results = engine.download_prefix(
-            bucket, prefix, root, strategy=strategy, progress=output.progress
+            bucket, prefix, root, strategy=strategy, progress=output.progress, **options
         )
         try:
             async with contextlib.aclosing(results):
                 async for result in results:
+                    if keys is not None:
+                        keys.add(result.key)
                     output.finished(result)
         except DownloadError as error:  # the listing itself failed
             output.error(error)

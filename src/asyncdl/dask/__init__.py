@@ -24,13 +24,13 @@ import pandas as pd
 
 from ..config import TransferConfig, finite
 from ..errors import InvalidRequestError
+from ..file_records import SKIP_MODES
 from ..request_args import ExtraArgs, check_extra_args
 from ..strategies import STRATEGIES, Strategy
 from ._errors import ManifestError
 from ._listing import MANIFEST_DTYPES, list_all, list_level
 from ._manifest import manifest_frame
 from ._partition import RESULT_DTYPES, Job, run_partition, worker_problem
-from ._skip import SKIP_MODES
 from ._sse import check_key_options
 from ._summary import (
     FAILURE_COLUMNS,

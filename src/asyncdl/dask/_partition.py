@@ -13,7 +13,6 @@ sweep finds what a killed worker left (``_sweep``).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import math
@@ -28,15 +27,16 @@ from typing import Any
 
 import pandas as pd
 
-from ..bulk import DownloadRequest, relative_path
+from ..bulk import DownloadRequest
 from ..config import TransferConfig
 from ..errors import InvalidRequestError
+from ..file_records import EtagStore, remember, should_skip
+from ..key_paths import relative_path
 from ..request_args import ExtraArgs, redacted
 from ..results import DownloadResult
 from ..strategies import Strategy
 from ..writer import TEMP_RUN
 from ._runtime import runtime
-from ._skip import EtagStore, should_skip
 from ._sse import key_problem, with_key
 from ._sweep import record_dirs
 
@@ -155,7 +155,6 @@ async def _download(
     requests: list[DownloadRequest], job: Job, extra_args: ExtraArgs | None, store: EtagStore
 ) -> list[DownloadResult]:
     engine = await runtime().engine(job.config)
-    loop = asyncio.get_running_loop()
     done: list[DownloadResult] = []
     # This coroutine is a task of its own: the download tasks it starts copy its
     # context, so their temp files are named with the run's id, and only they are.
@@ -169,13 +168,7 @@ async def _download(
     async with contextlib.aclosing(results):
         async for result in results:
             done.append(result)
-            if result.ok and result.etag is not None:
-                try:
-                    # Off the loop: a slow disk must not hold up the other downloads.
-                    await loop.run_in_executor(None, store.record, result.path, result.etag)
-                except OSError as exc:
-                    # The file is right; only a later run's "etag" skip will miss it.
-                    logger.warning("could not record the ETag of %s: %s", result.path, exc)
+            await remember(store, result)
     return done
 
 

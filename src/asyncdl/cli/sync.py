@@ -1,0 +1,134 @@
+"""The ``sync`` command: a prefix into a directory, fetching only what is new or
+changed, and with ``--delete`` removing the files asyncdl wrote whose keys are gone.
+
+``--exclude`` and ``--include`` act in the order they are given (the last that
+matches wins, as in the AWS CLI). click hands each repeatable option its own tuple
+and loses that order; its parser keeps it (one entry per occurrence), so the command
+reads it back from there. What the command runs is in ``sync_work``, imported only
+once the arguments are parsed (see ``commands``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import click
+
+from ..filters import KINDS
+from ..key_paths import folder
+from .app import cli, make_settings, transfer_options
+from .commands import _check_url, _dest_dir, _engine_imports, _s3_url, _validate_option
+from .output import Output
+from .params import S3Url
+
+#: Where the parse leaves the filters, in command-line order, for the command.
+_FILTERS = "asyncdl.filters"
+
+
+class _SyncCommand(click.Command):
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        # A parse of our own, for the order only: click's, below, checks and converts.
+        _, _, order = self.make_parser(ctx).parse_args(args=list(args))
+        rest = super().parse_args(ctx, args)
+        if ctx.resilient_parsing:  # shell completion: values may be missing
+            return rest
+        given = {kind: iter(ctx.params.get(kind) or ()) for kind in KINDS}
+        ctx.meta[_FILTERS] = [
+            (param.name, next(given[param.name])) for param in order if param.name in KINDS
+        ]
+        return rest
+
+
+_FILTER_HELP = (
+    "keys (paths under DIR) that match PATTERN; repeatable, and the last "
+    "--exclude/--include that matches wins."
+)
+
+
+@cli.command(cls=_SyncCommand)
+@click.argument("source", metavar="S3_URL", callback=_s3_url)
+@click.argument("dest", metavar="DIR")
+@click.option("--delete", is_flag=True, help="Remove files asyncdl wrote whose keys are gone.")
+@click.option("--dry-run", is_flag=True, help="Print what would be done; do nothing.")
+@click.option("--size-only", is_flag=True, help="An object is unchanged if its size is.")
+@click.option("--exclude", metavar="PATTERN", multiple=True, help=f"Leave out {_FILTER_HELP}")
+@click.option("--include", metavar="PATTERN", multiple=True, help=f"Take back {_FILTER_HELP}")
+@click.option(
+    "--resume/--no-resume",
+    default=True,
+    show_default=True,
+    help="Continue the partial downloads an earlier run left; or start them over.",
+)
+@_validate_option
+@click.option(
+    "--json",
+    "json_lines",
+    is_flag=True,
+    help="Print one JSON object per object or removal to stdout (JSON Lines).",
+)
+@transfer_options
+@click.pass_context
+def sync(
+    ctx: click.Context,
+    *,
+    source: S3Url,
+    dest: str,
+    delete: bool,
+    dry_run: bool,
+    size_only: bool,
+    exclude: Sequence[str],
+    include: Sequence[str],
+    resume: bool,
+    validate: str,
+    json_lines: bool,
+    concurrency: int,
+    chunk_size: int,
+    endpoint_url: str | None,
+    quiet: bool,
+    debug: bool,
+) -> int:
+    """Make DIR hold every object under S3_URL, downloading only what is new or
+    changed.
+
+    \b
+      asyncdl sync s3://BUCKET/PREFIX DIR
+      asyncdl sync --delete --exclude '*' --include '*.csv' s3://BUCKET/PREFIX DIR
+
+    An object is downloaded again when its listed size or ETag differs from what
+    asyncdl recorded when it wrote the file, or the file changed since. --delete
+    removes only files asyncdl wrote there and nobody changed since; it leaves the
+    rest and says so. DIR is created (in an existing directory) when needed.
+    """
+    del exclude, include  # in command-line order in ctx.meta
+    settings = make_settings(
+        concurrency=concurrency,
+        chunk_size=chunk_size,
+        validate=validate,
+        endpoint_url=endpoint_url,
+        quiet=quiet,
+        debug=debug,
+    )
+    settings = dataclasses.replace(
+        settings, config=dataclasses.replace(settings.config, resume=resume)
+    )
+    root = _dest_dir(dest, ctx)
+    with _engine_imports():
+        from .sync_work import SyncJob, sync_prefix  # noqa: PLC0415 - see the docstring
+        from .work import run  # noqa: PLC0415
+    _check_url(source, ctx)
+    job = SyncJob(
+        bucket=source.bucket,
+        prefix=folder(source.key),
+        root=root,
+        mode="size" if size_only else "etag",
+        filters=tuple(ctx.meta.get(_FILTERS, ())),
+        delete=delete,
+        dry_run=dry_run,
+    )
+    output = Output(objects=None, quiet=quiet, json_lines=json_lines, debug=debug)
+    with output:
+        complete, listed = run(sync_prefix(settings, job, output), debug)
+    if listed == 0 and complete:
+        output.note(f"no objects under s3://{job.bucket}/{job.prefix}")
+    return output.summary(complete=complete)

@@ -1,0 +1,162 @@
+"""What ``asyncdl sync`` runs once its arguments are parsed: ``cp -r``'s download of
+the prefix, skipping what is already there (``skip_existing``), then with
+``--delete`` the removal of stale files asyncdl wrote; or with ``--dry-run`` the
+listing alone, and what the rest would do.
+
+Removals come after the listing has finished, and only then: a listing that fails
+midway has not named every key, and a file whose key it did not reach yet is not
+stale. A file is removed only if its record still vouches for it (asyncdl wrote it
+and nobody changed it since); every other stale file is left alone, and reported.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import DownloadError, InvalidRequestError
+from ..file_records import EtagStore, Skips, Stale, remove_stale, stale_files
+from ..filters import compile_filters
+from .app import Settings
+from .output import Output
+from .work import _open_engine, copy_prefix
+
+
+@dataclass(frozen=True, slots=True)
+class SyncJob:
+    bucket: str
+    #: The folder: empty, or ending in ``/``.
+    prefix: str
+    root: Path
+    #: ``skip_existing``: ``"etag"``, or ``"size"`` (``--size-only``).
+    mode: str
+    #: ``(kind, pattern)`` in command-line order.
+    filters: tuple[tuple[str, str], ...]
+    delete: bool
+    dry_run: bool
+
+
+class RemovalError(Exception):
+    """A stale file that could not be removed."""
+
+
+async def sync_prefix(settings: Settings, job: SyncJob, output: Output) -> tuple[bool, int]:
+    """Sync; whether the listing finished, and how many objects it named."""
+    if job.dry_run:
+        return await _plan(settings, job, output)
+    keys: set[str] = set()  # the listing's: a key is lighter to hold than its path
+    complete = await copy_prefix(
+        settings,
+        job.bucket,
+        job.prefix,
+        job.root,
+        strategy="auto",
+        output=output,
+        keys=keys,
+        skip_existing=job.mode,
+        filters=job.filters,
+    )
+    if complete and job.delete:
+        await _delete(job, {key[len(job.prefix) :] for key in keys}, output)
+    return complete, len(keys)
+
+
+async def _plan(settings: Settings, job: SyncJob, output: Output) -> tuple[bool, int]:
+    """``--dry-run``: the listing, and what the run would download and remove."""
+    from ..bulk import list_prefix  # noqa: PLC0415 - with the engine's imports
+
+    skips = Skips(job.root, job.mode)
+    listed: set[str] = set()
+    try:
+        await skips.load()
+        async with _open_engine(settings) as engine:
+            items = list_prefix(
+                engine.client,
+                engine.config,
+                bucket=job.bucket,
+                prefix=job.prefix,
+                filters=compile_filters(job.filters),
+                extra_args=None,
+            )
+            async with contextlib.aclosing(items):
+                async for item in items:
+                    if item.relative is None:
+                        # The run would refuse it, as cp -r does: an error, exit 1.
+                        refusal = str(item.refusal)
+                        output.count(InvalidRequestError(refusal, bucket=job.bucket, key=item.key))
+                        continue
+                    listed.add(item.relative.as_posix())
+                    target = job.root.joinpath(*item.relative.parts)
+                    if not await skips.skips(target, item.size, item.etag):
+                        _say(
+                            output,
+                            "download",
+                            target,
+                            dry_run=True,
+                            bucket=job.bucket,
+                            key=item.key,
+                        )
+                    output.count(None)  # as the run counts it, skipped or not
+    except DownloadError as error:  # the listing failed: nothing to say about removals
+        output.error(error)
+        return False, output.done
+    finally:
+        skips.close()
+    if job.delete:
+        await _delete(job, listed, output)
+    return True, output.done
+
+
+async def _delete(job: SyncJob, listed: set[str], output: Output) -> None:
+    store = EtagStore(job.root)
+    kept = compile_filters(job.filters)
+    included = kept.includes if kept is not None else _everything
+
+    def scan() -> list[Stale]:
+        return list(stale_files(store, listed.__contains__, included))
+
+    try:
+        for stale in await asyncio.to_thread(scan):
+            if stale.kept_because is not None:
+                _left_alone(output, stale)
+                continue
+            if not job.dry_run:
+                try:
+                    await asyncio.to_thread(remove_stale, store, stale)
+                except OSError as exc:
+                    output.count(RemovalError(f"cannot remove {stale.path}: {exc.strerror}"))
+                    continue
+            _say(output, "delete", stale.path, dry_run=job.dry_run)
+    finally:
+        store.close()
+
+
+def _everything(relative: str) -> bool:
+    return True
+
+
+def _say(
+    output: Output, action: str, path: Path, *, dry_run: bool, bucket: str = "", key: str = ""
+) -> None:
+    """One line on stdout, as the AWS CLI's: ``[(dryrun) ]delete: PATH``,
+    ``(dryrun) download: s3://BUCKET/KEY to PATH``; or its JSON."""
+    if output.json_lines:
+        line = {"action": action, "dry_run": dry_run, "path": str(path)}
+        if key:
+            line.update(bucket=bucket, key=key)
+        output.print_line(json.dumps(line), sys.stdout)
+    elif not output.quiet:
+        what = f"s3://{bucket}/{key} to {path}" if key else str(path)
+        output.print_line(f"{'(dryrun) ' if dry_run else ''}{action}: {what}", sys.stdout)
+
+
+def _left_alone(output: Output, stale: Stale) -> None:
+    if output.json_lines:
+        line = {"action": "left-alone", "path": str(stale.path), "reason": stale.kept_because}
+        output.print_line(json.dumps(line), sys.stdout)
+    else:
+        output.note(f"left alone: {stale.path} ({stale.kept_because})")
