@@ -474,3 +474,38 @@ async def test_engine_head(engine: asyncdl.Engine, s3: Any, bucket: str, proxy: 
         await engine.head(bucket, "nope")
     with pytest.raises(asyncdl.InvalidRequestError):
         await engine.head(bucket, "")
+
+
+async def test_a_first_answer_larger_than_asked_is_cut_to_the_range(
+    engine: asyncdl.Engine, s3: Any, bucket: str, proxy: TcpProxy
+) -> None:
+    # s3rver answers "Range: bytes=0-0" with the whole object (206, "bytes 0-999/1000"):
+    # a stream of one byte must yield one byte, not a failure nor the whole object.
+    data = payload(1000, seed=8)
+    etag = s3.put_object(Bucket=bucket, Key="k", Body=data)["ETag"]
+    whole = (206, {"Content-Range": "bytes 0-999/1000", "Content-Length": "1000", "ETag": etag})
+    proxy.rule = lambda r: Fault(reply=(*whole, data)) if r.range == "bytes=0-0" else None
+    async with engine.stream(bucket, "k", end=1) as stream:
+        assert [piece async for piece in stream] == [data[:1]]
+    assert (stream.size, stream.length) == (1000, 1)
+    # More than asked but not all that is wanted: refused, not mixed up.
+    short = (206, {"Content-Range": "bytes 0-70000/200000", "Content-Length": "70001"})
+    proxy.rule = lambda r: Fault(reply=(*short, bytes(70001)))
+    with pytest.raises(asyncdl.DownloadError, match="Content-Range"):
+        await engine.stream(bucket, "k").open()
+    await released(engine)
+
+
+async def test_the_apps_own_mistakes_raise_before_any_request(
+    engine: asyncdl.Engine, bucket: str, proxy: TcpProxy
+) -> None:
+    request = Request({"type": "http", "method": "GET", "headers": [], "query_string": b""})
+    for bad, error in (
+        ({"chunk_size": 1000}, asyncdl.InvalidRequestError),
+        ({"prefetch": 0}, asyncdl.InvalidRequestError),
+        ({"filename": ""}, ValueError),
+        ({"filename": b"a.txt"}, ValueError),
+    ):
+        with pytest.raises(error):
+            await object_response(engine, bucket, "k", request, **bad)
+    assert proxy.requests == []

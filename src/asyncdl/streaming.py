@@ -62,6 +62,21 @@ class QueueSink:
         return previous
 
 
+def check_parts(chunk_size: int, prefetch: int, *, bucket: str, key: str) -> None:
+    """A stream's own ``chunk_size`` and ``prefetch``, within the config's bounds."""
+    if not is_int_at_least(chunk_size, MIN_CHUNK_SIZE) or chunk_size > MAX_CHUNK_SIZE:
+        raise InvalidRequestError(
+            f"chunk_size must be an int between {MIN_CHUNK_SIZE} and {MAX_CHUNK_SIZE}, "
+            f"got {chunk_size!r}",
+            bucket=bucket,
+            key=key,
+        )
+    if not is_int_at_least(prefetch, 1):
+        raise InvalidRequestError(
+            f"prefetch must be an int >= 1, got {prefetch!r}", bucket=bucket, key=key
+        )
+
+
 class ObjectStream:
     """The bytes ``[start, end)`` of an object, in order: an async iterator.
 
@@ -99,17 +114,7 @@ class ObjectStream:
         args = check_extra_args(extra_args, bucket=bucket, key=key)
         chunk_size = ctx.config.chunk_size if chunk_size is None else chunk_size
         prefetch = ctx.config.stream_prefetch if prefetch is None else prefetch
-        if not is_int_at_least(chunk_size, MIN_CHUNK_SIZE) or chunk_size > MAX_CHUNK_SIZE:
-            raise InvalidRequestError(
-                f"chunk_size must be an int between {MIN_CHUNK_SIZE} and {MAX_CHUNK_SIZE}, "
-                f"got {chunk_size!r}",
-                bucket=bucket,
-                key=key,
-            )
-        if not is_int_at_least(prefetch, 1):
-            raise InvalidRequestError(
-                f"prefetch must be an int >= 1, got {prefetch!r}", bucket=bucket, key=key
-            )
+        check_parts(chunk_size, prefetch, bucket=bucket, key=key)
         if not is_int_at_least(start, 0):
             raise InvalidRequestError(
                 f"start must be an int >= 0, got {start!r}", bucket=bucket, key=key
@@ -290,6 +295,15 @@ class ObjectStream:
             return _nothing
         stop = self.size if end is None else min(end, self.size)
         self.length = stop - start
+        if content_range.end > first_end:
+            # More than was asked (s3rver answers "bytes=0-0" with the whole object):
+            # the answer is cut where the stream stops, if it gets that far.
+            if content_range.end < stop:
+                raise obj.error(
+                    f"asked for bytes [{start}, {first_end}), got Content-Range {content_range}"
+                )
+            self._answered(stop=stop, held=True)
+            return partial(_slice, start=0, end=stop - start)  # the body starts at ``start``
         self._answered(stop=stop, held=stop <= content_range.end)
         if first.etag is None and stop > content_range.end:
             # No ETag pins later parts to this version: the range comes in one GET (a
@@ -415,7 +429,8 @@ def _launch(
 
 
 async def _slice(first: Response | None, *, start: int, end: int) -> AsyncGenerator[bytes]:
-    """Bytes ``[start, end)`` of a whole-object body."""
+    """Bytes ``[start, end)`` of a body, counted from its first byte (the object's
+    first, when the server ignored Range)."""
     assert first is not None
     position = 0
     try:

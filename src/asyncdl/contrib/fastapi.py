@@ -2,7 +2,7 @@
 answer to a GET or HEAD of an object as browsers, players, download managers and
 caches expect it (Range, If-Range, If-None-Match, If-Match...).
 
-    from fastapi import FastAPI, Request
+    from fastapi import FastAPI, Request, Response
     from asyncdl.contrib.fastapi import EngineDep, lifespan, object_response
 
     app = FastAPI(lifespan=lifespan(config=asyncdl.TransferConfig(max_concurrency=64)))
@@ -40,7 +40,7 @@ from ..errors import (
 )
 from ..request_args import ExtraArgs
 from ..s3_source import RangeNotSatisfiable
-from ..streaming import ObjectInfo, ObjectStream
+from ..streaming import ObjectInfo, ObjectStream, check_parts
 from .http_ranges import (
     Answer,
     Asked,
@@ -146,7 +146,9 @@ async def object_response(
     point. ``chunk_size`` and ``prefetch`` set the stream's parts (see
     ``SERVE_CHUNK_SIZE``).
     """
+    # The app's own arguments: a mistake raises here, for every request alike.
     disposition = content_disposition(filename) if filename is not None else None
+    check_parts(chunk_size, prefetch, bucket=bucket, key=key)
     method = request.method
     if method not in ("GET", "HEAD"):
         return Response(status_code=405, headers={"Allow": "GET, HEAD"})
@@ -320,6 +322,7 @@ def _content_type(info: ObjectInfo, key: str) -> str:
 
 def _failure(exc: DownloadError) -> Response:
     status = next((code for cls, code in _ERROR_STATUS if isinstance(exc, cls)), 502)
-    logger.warning("answering HTTP %d: %s", status, exc)
+    # A missing key is the client's business; S3 failing is the operator's.
+    logger.log(logging.INFO if status < 500 else logging.WARNING, "HTTP %d: %s", status, exc)
     headers = {"Retry-After": "1"} if status == 503 else None
     return JSONResponse({"detail": HTTPStatus(status).phrase}, status_code=status, headers=headers)
