@@ -333,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", type=int, default=100, help="clients at once (100)")
     parser.add_argument("--objects", type=int, default=100, help="distinct objects (100)")
     parser.add_argument("--size-mib", type=int, default=8, help="each object's size (8)")
-    parser.add_argument("--rate-mib", type=float, default=1.0, help="each client's MiB/s (1)")
+    parser.add_argument("--rate-mib", type=float, default=0.25, help="each client MiB/s (0.25)")
     parser.add_argument("--large-mib", type=int, default=256, help="the TTFB object (256)")
     parser.add_argument("--rtt-ms", type=float, default=20.0, help="proxy latency (20)")
     parser.add_argument("--max-concurrency", type=int, default=32, help="the engine's (32)")
