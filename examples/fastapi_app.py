@@ -3,9 +3,11 @@
     ASYNCDL_BUCKETS=my-bucket ASYNCDL_DOWNLOAD_DIR=/srv/downloads \\
         uvicorn examples.fastapi_app:app
 
-- ``GET /objects/{bucket}/{key}`` streams an object (Content-Length and ETag from
-  the first request; 404 for a missing key; only allow-listed buckets);
-  ``HEAD`` answers the same headers without reading the body.
+- ``GET /objects/{bucket}/{key}`` streams an object as browsers, video players,
+  download managers and caches expect (``Range``, ``If-Range``, ``If-None-Match``...,
+  see ``asyncdl.contrib.fastapi.object_response``); ``HEAD`` answers the headers
+  after one S3 HEAD; ``?download=true`` names the file for a browser to save; 404
+  for a missing key; only allow-listed buckets.
 - ``POST /downloads`` downloads a batch of keys into the server-side folder (names
   confined to it) and returns one result per key.
 """
@@ -16,14 +18,13 @@ import os
 from pathlib import Path
 from typing import Any
 
-from fastapi import FastAPI, HTTPException
-from fastapi.responses import Response, StreamingResponse
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.responses import Response
 from pydantic import BaseModel
-from starlette.background import BackgroundTask
 
 import asyncdl
 from asyncdl.bulk import relative_path
-from asyncdl.contrib.fastapi import EngineDep, lifespan
+from asyncdl.contrib.fastapi import EngineDep, lifespan, object_response
 
 
 def allowed_buckets() -> frozenset[str]:
@@ -42,41 +43,15 @@ def check_bucket(bucket: str) -> None:
         raise HTTPException(status_code=403, detail=f"bucket {bucket!r} is not allowed")
 
 
-async def open_object(bucket: str, key: str, engine: asyncdl.Engine) -> asyncdl.ObjectStream:
-    """The object's stream, opened: the first request gives its size and ETag, or the
-    404, before any byte of the answer is sent."""
+@app.api_route("/objects/{bucket}/{key:path}", methods=["GET", "HEAD"])
+async def get_object(
+    bucket: str, key: str, request: Request, engine: EngineDep, download: bool = False
+) -> Response:
     check_bucket(bucket)
-    stream = engine.stream(bucket, key)
-    try:
-        return await stream.open()
-    except asyncdl.ObjectNotFoundError:
-        raise HTTPException(status_code=404, detail="no such object") from None
-    except asyncdl.AccessDeniedError:
-        raise HTTPException(status_code=403, detail="access denied") from None
-
-
-def object_headers(stream: asyncdl.ObjectStream) -> dict[str, str]:
-    return {"Content-Length": str(stream.length), "ETag": stream.etag or ""}
-
-
-@app.get("/objects/{bucket}/{key:path}")
-async def get_object(bucket: str, key: str, engine: EngineDep) -> StreamingResponse:
-    stream = await open_object(bucket, key, engine)
-    # The open stream holds its first answer (a slot of the engine's budget and a
-    # connection) until it is read or closed: close it when the response ends, sent
-    # in full or cut by a client that left (even before the first byte).
-    return StreamingResponse(
-        stream,
-        media_type="application/octet-stream",
-        headers=object_headers(stream),
-        background=BackgroundTask(stream.aclose),
-    )
-
-
-@app.head("/objects/{bucket}/{key:path}")
-async def head_object(bucket: str, key: str, engine: EngineDep) -> Response:
-    async with await open_object(bucket, key, engine) as stream:  # headers only
-        return Response(media_type="application/octet-stream", headers=object_headers(stream))
+    # 200/206/304/412/416 and the headers, 404/403 without naming the object; the
+    # response closes its stream however it ends (a client may leave at any point).
+    filename = (key.rsplit("/", 1)[-1] or None) if download else None
+    return await object_response(engine, bucket, key, request, filename=filename)
 
 
 class Batch(BaseModel):

@@ -21,7 +21,6 @@ from typing import Any
 import httpx
 import pytest
 
-import asyncdl
 from asyncdl.testing.moto_server import FAKE_ENV
 from asyncdl.testing.tcp_proxy import TcpProxy
 
@@ -143,9 +142,14 @@ async def test_fastapi_snippet(
             assert response.content == OBJECTS["video.mp4"]
             assert response.headers["content-length"] == str(len(OBJECTS["video.mp4"]))
             assert response.headers["etag"].startswith('"')
-            # "404s surface here": before any byte of a response is sent.
-            with pytest.raises(asyncdl.ObjectNotFoundError):
-                await http.get("/objects/no/such/key")
+            assert response.headers["content-type"] == "video/mp4"
+            ranged = await http.get("/objects/video.mp4", headers={"Range": "bytes=3-9"})
+            assert (ranged.status_code, ranged.content) == (206, OBJECTS["video.mp4"][3:10])
+            head = await http.head("/objects/video.mp4")
+            assert (head.status_code, head.content) == (200, b"")
+            missing = await http.get("/objects/no/such/key")
+            assert missing.status_code == 404
+            assert my_bucket not in missing.text
 
 
 def test_command_line_snippet(my_bucket: str, proxy: TcpProxy, tmp_path: Path) -> None:

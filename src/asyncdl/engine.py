@@ -26,7 +26,7 @@ from .request_args import ExtraArgs
 from .results import DownloadResult
 from .signed_get import SignedGets
 from .strategies import Strategy
-from .streaming import ObjectStream
+from .streaming import ObjectInfo, ObjectStream, head
 
 
 class Engine:
@@ -147,12 +147,15 @@ class Engine:
         end: int | None = None,
         extra_args: ExtraArgs | None = None,
         progress: ProgressCallback | None = None,
+        chunk_size: int | None = None,
+        prefetch: int | None = None,
     ) -> ObjectStream:
         """The bytes ``[start, end)`` of the object, in order, as they arrive.
 
-        Parts are fetched concurrently (``config.stream_prefetch`` ahead of the
-        reader, pinned with ``IfMatch``), so memory stays about
-        ``stream_prefetch * chunk_size``. Closing it (``aclose()``, ``async with``)
+        Parts of ``chunk_size`` bytes are fetched concurrently (``prefetch`` ahead of
+        the reader, pinned with ``IfMatch``; by default ``config.chunk_size`` and
+        ``config.stream_prefetch``), so memory stays about ``prefetch * chunk_size``
+        (a server of many slow clients wants both small). Closing it (``aclose()``, ``async with``)
         releases the first answer and cancels the prefetch, whether or not anything was
         read.
         ``await stream.open()`` sends the first request and sets ``size``, ``etag``
@@ -166,7 +169,16 @@ class Engine:
             end=end,
             extra_args=extra_args,
             progress=progress,
+            chunk_size=chunk_size,
+            prefetch=prefetch,
         )
+
+    async def head(
+        self, bucket: str, key: str, *, extra_args: ExtraArgs | None = None
+    ) -> ObjectInfo:
+        """One HEAD request (the object's size, ETag and headers), through the engine's
+        budget; a missing object raises ``ObjectNotFoundError``."""
+        return await head(self._context, bucket, key, extra_args)
 
     async def read_bytes(
         self,

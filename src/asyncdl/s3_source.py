@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from botocore.exceptions import ClientError
@@ -32,6 +32,8 @@ class ObjectMeta:
     size: int
     etag: str | None
     checksum: ExpectedChecksum | None = None
+    #: The answer's HTTP headers, lower-case names (Content-Type, Last-Modified...).
+    headers: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
 
 class RangeNotSatisfiable(Exception):
@@ -53,6 +55,7 @@ class Response:
         "content_length",
         "content_range",
         "etag",
+        "headers",
         "part_checksum",
         "parts_count",
         "status",
@@ -70,6 +73,7 @@ class Response:
         checksums: Callable[[Any, str | None], ExpectedChecksum | None] | None = None,
         headers: Any = None,
         parts_count: int | None = None,
+        http_headers: Mapping[str, str] | None = None,
     ) -> None:
         self._release: Callable[[], None] | None = release
         whole = status == 200 and not content_range
@@ -87,6 +91,8 @@ class Response:
         )
         #: ``x-amz-mp-parts-count``: the object's upload parts, on a PartNumber GET.
         self.parts_count = parts_count
+        #: The HTTP headers, lower-case names (Content-Type, Last-Modified...).
+        self.headers: Mapping[str, str] = http_headers or {}
         self.body = body
         self.status = status
         self.etag = etag
@@ -107,6 +113,7 @@ class Response:
             checksums=from_botocore,
             headers=raw,
             parts_count=_int_or_none(raw.get("PartsCount")),
+            http_headers=raw["ResponseMetadata"].get("HTTPHeaders"),
         )
 
     @classmethod
@@ -122,6 +129,7 @@ class Response:
             checksums=from_headers,
             headers=headers,
             parts_count=_int_or_none(headers.get("x-amz-mp-parts-count")),
+            http_headers=headers,
         )
 
     def close(self) -> None:
@@ -188,6 +196,7 @@ class S3Object:
             size=int(headers.get("content-length", 0)),
             etag=etag,
             checksum=_checksum_or_none(from_headers, headers, etag),
+            headers=headers,
         )
 
     async def _head_object(self, if_match: str | None) -> ObjectMeta:
@@ -200,6 +209,7 @@ class S3Object:
             size=int(raw["ContentLength"]),
             etag=etag,
             checksum=_checksum_or_none(from_botocore, raw, etag),
+            headers=raw["ResponseMetadata"].get("HTTPHeaders", {}),
         )
 
     async def get(self, byte_range: ByteRange | None, *, if_match: str | None) -> Response:

@@ -2,10 +2,11 @@
 
 Parts are fetched concurrently, each pinned with ``IfMatch`` to the ETag of the
 first answer, through the engine's shared budget; a part's bytes wait in its own
-queue until the reader reaches it. At most ``stream_prefetch`` parts are in
-flight or waiting, so memory stays about ``stream_prefetch * chunk_size`` whatever
-the object's size. Leaving the iteration early (``aclose()``, a client that
-disconnects) cancels every part still in flight.
+queue until the reader reaches it. At most ``prefetch`` parts (by default
+``config.stream_prefetch``, of ``config.chunk_size``) are in flight or waiting, so
+memory stays about ``prefetch * chunk_size`` whatever the object's size. Leaving
+the iteration early (``aclose()``, a client that disconnects) cancels every part
+still in flight.
 
 The first answer is opened before any byte is read (a web handler needs its
 headers) and holds a slot of the budget and a pooled connection. The stream owns
@@ -24,18 +25,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Mapping
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 from .checksums import ExpectedChecksum
-from .config import is_int_at_least
+from .config import MAX_CHUNK_SIZE, MIN_CHUNK_SIZE, is_int_at_least
 from .context import Context
 from .errors import DownloadError, InvalidRequestError, translate
 from .parts import fetch_into
 from .progress import ProgressCallback, Reporter
 from .ranges import ByteRange, ContentRange, plan_ranges
 from .request_args import ExtraArgs, check_bucket_and_key, check_extra_args
+from .retry import with_retries
 from .s3_source import RangeNotSatisfiable, Response, S3Object
 from .stream_verify import StreamVerifier
 
@@ -57,6 +60,21 @@ class QueueSink:
         for chunk in chunks:
             self.queue.put_nowait(chunk)
         return previous
+
+
+def check_parts(chunk_size: int, prefetch: int, *, bucket: str, key: str) -> None:
+    """A stream's own ``chunk_size`` and ``prefetch``, within the config's bounds."""
+    if not is_int_at_least(chunk_size, MIN_CHUNK_SIZE) or chunk_size > MAX_CHUNK_SIZE:
+        raise InvalidRequestError(
+            f"chunk_size must be an int between {MIN_CHUNK_SIZE} and {MAX_CHUNK_SIZE}, "
+            f"got {chunk_size!r}",
+            bucket=bucket,
+            key=key,
+        )
+    if not is_int_at_least(prefetch, 1):
+        raise InvalidRequestError(
+            f"prefetch must be an int >= 1, got {prefetch!r}", bucket=bucket, key=key
+        )
 
 
 class ObjectStream:
@@ -89,9 +107,14 @@ class ObjectStream:
         end: int | None,
         extra_args: ExtraArgs | None,
         progress: ProgressCallback | None = None,
+        chunk_size: int | None = None,
+        prefetch: int | None = None,
     ) -> None:
         check_bucket_and_key(bucket, key)
         args = check_extra_args(extra_args, bucket=bucket, key=key)
+        chunk_size = ctx.config.chunk_size if chunk_size is None else chunk_size
+        prefetch = ctx.config.stream_prefetch if prefetch is None else prefetch
+        check_parts(chunk_size, prefetch, bucket=bucket, key=key)
         if not is_int_at_least(start, 0):
             raise InvalidRequestError(
                 f"start must be an int >= 0, got {start!r}", bucket=bucket, key=key
@@ -106,10 +129,14 @@ class ObjectStream:
         self._ctx = ctx
         self._obj = ctx.s3_object(bucket, key, args)
         self._start, self._end = start, end
+        self._chunk_size, self._prefetch = chunk_size, prefetch
         #: The object's size, its ETag, and how many bytes this stream yields.
         self.size: int | None = None
         self.etag: str | None = None
         self.length: int | None = None
+        #: The first answer's HTTP headers, lower-case names (empty when no body was
+        #: asked for: an empty object, or a range that starts at its end).
+        self.headers: Mapping[str, str] = {}
         self._reader: _Reader | None = None  # set by open()
         self._pieces: AsyncGenerator[bytes] | None = None  # set by the first iteration
         self._opening = asyncio.Lock()
@@ -229,7 +256,7 @@ class ObjectStream:
             self.length = 0
             self._answered(stop=start, held=True)
             return _nothing
-        chunk = ctx.config.chunk_size
+        chunk = self._chunk_size
         first_end = start + chunk if end is None else min(end, start + chunk)
         self._checker.before_first_get(start)
         try:
@@ -244,6 +271,7 @@ class ObjectStream:
             raise
         # Owned from here (no await in between): aclose() or collection releases it.
         self._first, self._loop = first, asyncio.get_running_loop()
+        self.headers = first.headers
         if first.status == 200 and first.content_range is None:
             # The server ignored Range: the body is the whole object; keep [start, end).
             self.size, self.etag = first.content_length, first.etag
@@ -267,6 +295,15 @@ class ObjectStream:
             return _nothing
         stop = self.size if end is None else min(end, self.size)
         self.length = stop - start
+        if content_range.end > first_end:
+            # More than was asked (s3rver answers "bytes=0-0" with the whole object):
+            # the answer is cut where the stream stops, if it gets that far.
+            if content_range.end < stop:
+                raise obj.error(
+                    f"asked for bytes [{start}, {first_end}), got Content-Range {content_range}"
+                )
+            self._answered(stop=stop, held=True)
+            return partial(_slice, start=0, end=stop - start)  # the body starts at ``start``
         self._answered(stop=stop, held=stop <= content_range.end)
         if first.etag is None and stop > content_range.end:
             # No ETag pins later parts to this version: the range comes in one GET (a
@@ -278,7 +315,7 @@ class ObjectStream:
                 raise obj.error(
                     f"asked for bytes [{start}, {stop}), got Content-Range {whole.content_range}"
                 )
-        return partial(_prefetch, ctx, obj, stop=stop)
+        return partial(_prefetch, ctx, obj, stop=stop, chunk_size=chunk, prefetch=self._prefetch)
 
     def _answered(self, *, stop: int, held: bool, checksum: ExpectedChecksum | None = None) -> None:
         self._checker.answered(
@@ -304,16 +341,22 @@ async def _nothing(first: Response | None) -> AsyncGenerator[bytes]:
 
 
 async def _prefetch(
-    ctx: Context, obj: S3Object, first: Response | None, *, stop: int
+    ctx: Context,
+    obj: S3Object,
+    first: Response | None,
+    *,
+    stop: int,
+    chunk_size: int,
+    prefetch: int,
 ) -> AsyncGenerator[bytes]:
-    """Yield the parts in order while up to ``stream_prefetch`` of them are fetched."""
+    """Yield the parts in order while up to ``prefetch`` of them are fetched."""
     assert first is not None
     opened: Response | None = first
     window: deque[tuple[QueueSink, asyncio.Task[None]]] = deque()
     try:
         assert first.content_range is not None
         size, etag = first.content_range.total, first.etag
-        ranges = plan_ranges(stop, ctx.config.chunk_size, first.content_range.end)
+        ranges = plan_ranges(stop, chunk_size, first.content_range.end)
         opening = _launch(
             ctx,
             obj,
@@ -328,7 +371,7 @@ async def _prefetch(
         while True:
             # Refilled at the top of every turn: a window of one is empty after each
             # part, with more to come (``while window`` would end the stream there).
-            while len(window) < ctx.config.stream_prefetch:
+            while len(window) < prefetch:
                 byte_range = next(ranges, None)
                 if byte_range is None:
                     break
@@ -386,7 +429,8 @@ def _launch(
 
 
 async def _slice(first: Response | None, *, start: int, end: int) -> AsyncGenerator[bytes]:
-    """Bytes ``[start, end)`` of a whole-object body."""
+    """Bytes ``[start, end)`` of a body, counted from its first byte (the object's
+    first, when the server ignored Range)."""
     assert first is not None
     position = 0
     try:
@@ -399,3 +443,21 @@ async def _slice(first: Response | None, *, start: int, end: int) -> AsyncGenera
                 break
     finally:
         first.close()
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectInfo:
+    """What a HEAD request says of an object."""
+
+    size: int
+    etag: str | None
+    #: The answer's HTTP headers, lower-case names (Content-Type, Last-Modified...).
+    headers: Mapping[str, str]
+
+
+async def head(ctx: Context, bucket: str, key: str, extra_args: ExtraArgs | None) -> ObjectInfo:
+    """One HEAD of the object (retried as any request), through the engine's budget."""
+    check_bucket_and_key(bucket, key)
+    obj = ctx.s3_object(bucket, key, check_extra_args(extra_args, bucket=bucket, key=key))
+    meta = await with_retries(ctx.config, obj.head, bucket=bucket, key=key, what="the HEAD")
+    return ObjectInfo(meta.size, meta.etag, meta.headers)

@@ -1,13 +1,15 @@
-"""FastAPI: one Engine for the app's lifetime, shared by every request.
+"""FastAPI: one Engine for the app's lifetime, shared by every request, and the
+answer to a GET or HEAD of an object as browsers, players, download managers and
+caches expect it (Range, If-Range, If-None-Match, If-Match...).
 
-    from asyncdl.contrib.fastapi import EngineDep, lifespan
+    from fastapi import FastAPI, Request, Response
+    from asyncdl.contrib.fastapi import EngineDep, lifespan, object_response
 
     app = FastAPI(lifespan=lifespan(config=asyncdl.TransferConfig(max_concurrency=64)))
 
-    @app.get("/size/{key}")
-    async def size(key: str, engine: EngineDep) -> int:
-        async with engine.stream("bucket", key) as stream:
-            return stream.size
+    @app.api_route("/files/{key:path}", methods=["GET", "HEAD"])
+    async def files(key: str, request: Request, engine: EngineDep) -> Response:
+        return await object_response(engine, "bucket", key, request)
 
 Requests share the engine's one client, connection pool and concurrency budget;
 no client is created per request. Needs the ``asyncdl[fastapi]`` extra.
@@ -15,14 +17,40 @@ no client is created per request. Needs the ``asyncdl[fastapi]`` extra.
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import mimetypes
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from http import HTTPStatus
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
 
-from ..config import TransferConfig
+from ..config import KiB, TransferConfig
 from ..engine import Engine
+from ..errors import (
+    AccessDeniedError,
+    DownloadError,
+    InvalidRequestError,
+    ObjectChangedError,
+    ObjectNotFoundError,
+)
+from ..request_args import ExtraArgs
+from ..s3_source import RangeNotSatisfiable
+from ..streaming import ObjectInfo, ObjectStream, check_parts
+from .http_ranges import (
+    Answer,
+    Asked,
+    Validators,
+    content_disposition,
+    content_range,
+    unsatisfied_range,
+)
+
+logger = logging.getLogger("asyncdl")
 
 _STATE = "asyncdl_engine"
 
@@ -61,3 +89,240 @@ def get_engine(request: Request) -> Engine:
 
 
 EngineDep = Annotated[Engine, Depends(get_engine)]
+
+
+#: Serving streams fetch parts of this size, ``SERVE_PREFETCH`` ahead of the client:
+#: a slow client holds at most about ``SERVE_PREFETCH * SERVE_CHUNK_SIZE`` bytes of
+#: its object (1 MiB), not the engine's ``stream_prefetch * chunk_size`` (32 MiB by
+#: default), and no S3 connection waits for it (each part is read as fast as S3 sends
+#: it, then its slot is free). See benchmarks/README.md, "Issue 17".
+SERVE_CHUNK_SIZE = 512 * KiB
+SERVE_PREFETCH = 2
+#: Answers prepared before giving up on an object that changes under each of them.
+_ATTEMPTS = 3
+#: What S3 stores when the uploader named no type: no type at all, so guess one.
+_NO_TYPE = "binary/octet-stream"
+
+#: The answer to each error, by the first class that matches; anything else is 502
+#: (S3, or the way to it, failed). Only the status's phrase is sent: no bucket, key
+#: or message (the log has them).
+_ERROR_STATUS: tuple[tuple[type[DownloadError], int], ...] = (
+    (ObjectNotFoundError, 404),
+    (AccessDeniedError, 403),
+    (ObjectChangedError, 503),
+    (InvalidRequestError, 400),
+)
+
+
+async def object_response(
+    engine: Engine,
+    bucket: str,
+    key: str,
+    request: Request,
+    *,
+    extra_args: ExtraArgs | None = None,
+    filename: str | None = None,
+    chunk_size: int = SERVE_CHUNK_SIZE,
+    prefetch: int = SERVE_PREFETCH,
+) -> Response:
+    """The answer to ``request`` (a GET or HEAD) for ``s3://bucket/key``.
+
+    - GET: 200 and the whole object, streamed (checked against S3's checksum when it
+      has one; on a mismatch the connection is cut before the last bytes, so the
+      client sees a failed transfer, never a complete wrong one);
+    - ``Range: bytes=a-b``, ``a-`` or ``-n``: 206 and only those bytes (one S3 round
+      trip before the first byte; a suffix ``-n`` needs a HEAD first); unsatisfiable:
+      416; several ranges: the whole object (see ``http_ranges``);
+    - ``If-Range`` (an ETag), ``If-None-Match`` / ``If-Modified-Since`` (304, after a
+      HEAD, with no GET), ``If-Match`` / ``If-Unmodified-Since`` (412);
+    - HEAD: the headers, after one S3 HEAD (no GET);
+    - ``ETag``, ``Accept-Ranges``, ``Content-Type`` (S3's, or a guess from the key),
+      ``Last-Modified``, and ``Content-Disposition: attachment`` naming ``filename``;
+    - 404, 403, 400, 503 (changed while read) or 502 (S3 failed), saying nothing of
+      the bucket or key.
+
+    ``extra_args`` go with every request (SSE-C, VersionId...). The response owns the
+    stream: it is closed when the response ends, fails, or the client leaves, at any
+    point. ``chunk_size`` and ``prefetch`` set the stream's parts (see
+    ``SERVE_CHUNK_SIZE``).
+    """
+    # The app's own arguments: a mistake raises here, for every request alike.
+    disposition = content_disposition(filename) if filename is not None else None
+    check_parts(chunk_size, prefetch, bucket=bucket, key=key)
+    method = request.method
+    if method not in ("GET", "HEAD"):
+        return Response(status_code=405, headers={"Allow": "GET, HEAD"})
+    asked = Asked.from_headers(method, request.headers)
+    try:
+        return await _respond(
+            engine,
+            bucket,
+            key,
+            asked,
+            extra_args=extra_args,
+            disposition=disposition,
+            chunk_size=chunk_size,
+            prefetch=prefetch,
+        )
+    except DownloadError as exc:
+        return _failure(exc)
+
+
+async def _respond(
+    engine: Engine,
+    bucket: str,
+    key: str,
+    asked: Asked,
+    *,
+    extra_args: ExtraArgs | None,
+    disposition: str | None,
+    chunk_size: int,
+    prefetch: int,
+) -> Response:
+    known: ObjectInfo | None = None
+    if asked.method == "HEAD" or asked.needs_validators:
+        known = await engine.head(bucket, key, extra_args=extra_args)
+    for _ in range(_ATTEMPTS):
+        answer = asked.answer(_validators(known) if known is not None else None)
+        if known is not None and (asked.method == "HEAD" or answer.status not in (200, 206)):
+            return _bodiless(answer, known, key, disposition)
+        stream = engine.stream(
+            bucket,
+            key,
+            start=answer.start,
+            end=answer.end,
+            extra_args=extra_args,
+            chunk_size=chunk_size,
+            prefetch=prefetch,
+        )
+        try:
+            await stream.open()
+        except DownloadError as exc:
+            if known is None and answer.start > 0 and _past_the_end(exc):
+                # Only the size tells a 416 from the range: ask it.
+                known = await engine.head(bucket, key, extra_args=extra_args)
+                continue
+            raise
+        except BaseException:
+            await stream.aclose()  # cancelled while it opened
+            raise
+        assert stream.size is not None
+        assert stream.length is not None
+        seen = ObjectInfo(stream.size, stream.etag, stream.headers)
+        sending = Answer(answer.status, answer.start, answer.start + stream.length)
+        if asked.answer(_validators(seen)) == sending:
+            headers = _headers(sending, seen, key, disposition)
+            # The whole object is checked at its end: its last piece waits for the check.
+            whole = sending.status == 200 and engine.config.validate != "off"
+            return _ObjectResponse(stream, sending.status, headers, hold_last=whole)
+        # The object is not what the request was prepared for (another version, or
+        # a range that the size or If-Range turns into another answer): again, knowing it.
+        await stream.aclose()
+        known = seen
+    raise ObjectChangedError(
+        f"the object changed under each of {_ATTEMPTS} answers", bucket=bucket, key=key
+    )
+
+
+class _ObjectResponse(StreamingResponse):
+    """A stream's bytes; the response owns the stream and closes it however it ends.
+
+    It listens for the client's disconnect whatever the ASGI version (from 2.4,
+    Starlette notices only when a send fails, which a stream waiting on S3 does not
+    do), so a client that leaves stops the prefetch at once.
+    """
+
+    def __init__(
+        self, stream: ObjectStream, status: int, headers: dict[str, str], *, hold_last: bool
+    ) -> None:
+        super().__init__(_pieces(stream, hold_last), status_code=status, headers=headers)
+        self._stream = stream
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            streaming = asyncio.create_task(self.stream_response(send))
+            listening = asyncio.create_task(self.listen_for_disconnect(receive))
+            try:
+                await asyncio.wait({streaming, listening}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                streaming.cancel()
+                listening.cancel()
+                await asyncio.gather(streaming, listening, return_exceptions=True)
+            if not streaming.cancelled() and not isinstance(streaming.exception(), OSError):
+                # A failure after the headers (a read that gave up, a checksum
+                # mismatch) raises to the server, which cuts the connection: the
+                # client must not take a short or wrong body for a whole one.
+                streaming.result()
+        finally:
+            await self._stream.aclose()
+
+
+async def _pieces(stream: ObjectStream, hold_last: bool) -> AsyncIterator[bytes]:
+    if not hold_last:
+        async for piece in stream:
+            yield piece
+        return
+    held: bytes | None = None
+    async for piece in stream:  # a checksum mismatch raises here, before ``held`` goes
+        if held is not None:
+            yield held
+        held = piece
+    if held is not None:
+        yield held
+
+
+def _validators(info: ObjectInfo) -> Validators:
+    return Validators(info.size, info.etag, info.headers.get("last-modified"))
+
+
+def _past_the_end(exc: DownloadError) -> bool:
+    """Whether opening a range failed because it starts past the object's end."""
+    return isinstance(exc, InvalidRequestError) or isinstance(exc.__cause__, RangeNotSatisfiable)
+
+
+def _headers(answer: Answer, info: ObjectInfo, key: str, disposition: str | None) -> dict[str, str]:
+    """The headers of a 200 or 206 answer (and of a HEAD's)."""
+    assert answer.end is not None
+    headers = {
+        "Accept-Ranges": "bytes",
+        "Content-Length": str(answer.end - answer.start),
+        "Content-Type": _content_type(info, key),
+    }
+    if answer.status == 206:
+        headers["Content-Range"] = content_range(answer.start, answer.end, info.size)
+    if info.etag is not None:
+        headers["ETag"] = info.etag
+    if (modified := info.headers.get("last-modified")) is not None:
+        headers["Last-Modified"] = modified
+    if disposition is not None:
+        headers["Content-Disposition"] = disposition
+    return headers
+
+
+def _bodiless(answer: Answer, info: ObjectInfo, key: str, disposition: str | None) -> Response:
+    """A HEAD's answer, or a GET's 304, 412 or 416."""
+    if answer.status in (200, 206):
+        headers = _headers(answer, info, key, disposition)
+    elif answer.status == 304:
+        headers = {"ETag": info.etag} if info.etag is not None else {}
+    elif answer.status == 416:
+        headers = {"Accept-Ranges": "bytes", "Content-Range": unsatisfied_range(info.size)}
+    else:
+        headers = {}
+    return Response(status_code=answer.status, headers=headers)
+
+
+def _content_type(info: ObjectInfo, key: str) -> str:
+    stored = info.headers.get("content-type")
+    if stored and stored != _NO_TYPE:
+        return stored
+    guessed, _ = mimetypes.guess_type(key, strict=False)
+    return guessed or "application/octet-stream"
+
+
+def _failure(exc: DownloadError) -> Response:
+    status = next((code for cls, code in _ERROR_STATUS if isinstance(exc, cls)), 502)
+    # A missing key is the client's business; S3 failing is the operator's.
+    logger.log(logging.INFO if status < 500 else logging.WARNING, "HTTP %d: %s", status, exc)
+    headers = {"Retry-After": "1"} if status == 503 else None
+    return JSONResponse({"detail": HTTPStatus(status).phrase}, status_code=status, headers=headers)

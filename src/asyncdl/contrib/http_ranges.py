@@ -1,0 +1,250 @@
+"""HTTP range and conditional requests (RFC 9110 §13, §14) for serving one object:
+what a request asks, and which answer it gets once the object's size and validators
+are known. Pure: no I/O, so every case is tested without a server.
+
+In code a range is half-open, ``[start, end)``; HTTP's inclusive forms exist only in
+:func:`parse_range` and :func:`content_range`.
+
+Choices where RFC 9110 leaves one:
+
+- A request for several ranges gets the whole object (200): a server may ignore
+  Range (§14.2). Players and download managers ask for one range at a time; a
+  ``multipart/byteranges`` answer would cost one S3 request per part and a framing few
+  clients read.
+- ``If-Range`` is honoured for an ETag only. A date there (a weak validator for an
+  object whose Last-Modified has a one-second resolution) gets the whole object,
+  which is always a correct answer to it.
+- A malformed ``Range`` is ignored (the whole object); a malformed date in
+  ``If-Modified-Since`` or ``If-Unmodified-Since`` is ignored (§13.1.3, §13.1.4).
+- ``Range`` applies to GET only (§14.2): a HEAD answers the whole object's headers.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from email.utils import parsedate_to_datetime
+from urllib.parse import quote
+
+_RANGE_SPEC = re.compile(r"(\d*)-(\d*)", re.ASCII)
+_ENTITY_TAG = re.compile(r'\s*((?:W/)?"[^"]*")\s*(?:,|$)', re.ASCII)
+
+
+@dataclass(frozen=True, slots=True)
+class RangeSpec:
+    """One ``bytes=`` range: ``first-last``, ``first-`` (``end`` is ``None``) or the
+    last ``suffix`` bytes (``-suffix``: ``start`` is ``None``)."""
+
+    start: int | None
+    end: int | None = None
+    suffix: int = 0
+
+    def resolve(self, size: int) -> tuple[int, int] | None:
+        """The bytes ``[start, end)`` of a ``size``-byte object, or ``None`` when the
+        range is unsatisfiable (it starts at or past the end; a suffix of 0 bytes)."""
+        if self.start is None:
+            if self.suffix == 0 or size == 0:
+                return None
+            return max(size - self.suffix, 0), size
+        if self.start >= size:
+            return None
+        return self.start, size if self.end is None else min(self.end, size)
+
+
+def parse_range(value: str) -> tuple[RangeSpec, ...] | None:
+    """The ranges of a ``Range`` header, or ``None`` when it is to be ignored (another
+    unit, a malformed or reversed range)."""
+    unit, sep, specs = value.partition("=")
+    if not sep or unit.strip().lower() != "bytes":
+        return None
+    ranges = []
+    for element in specs.split(","):
+        item = element.strip(" \t")
+        if not item:
+            continue  # an empty list element (RFC 9110 §5.6.1)
+        match = _RANGE_SPEC.fullmatch(item)
+        if match is None:
+            return None
+        first, last = match.groups()
+        if first:
+            if last and int(last) < int(first):
+                return None
+            ranges.append(RangeSpec(int(first), int(last) + 1 if last else None))
+        elif last:
+            ranges.append(RangeSpec(None, suffix=int(last)))
+        else:
+            return None  # "-"
+    return tuple(ranges) or None
+
+
+def content_range(start: int, end: int, size: int) -> str:
+    """``Content-Range`` of the bytes ``[start, end)`` of a ``size``-byte object."""
+    return f"bytes {start}-{end - 1}/{size}"
+
+
+def unsatisfied_range(size: int) -> str:
+    """``Content-Range`` of a 416 answer."""
+    return f"bytes */{size}"
+
+
+def content_disposition(filename: str, disposition: str = "attachment") -> str:
+    """``Content-Disposition`` naming ``filename`` (RFC 6266): an ASCII ``filename``
+    for every client, and ``filename*`` (UTF-8, percent-encoded, RFC 8187) when the
+    name needs more; no character of the name can end the header or add to it."""
+    if not isinstance(filename, str) or not filename:
+        raise ValueError(f"filename must be a non-empty str, got {filename!r}")
+    if disposition not in ("attachment", "inline"):
+        raise ValueError(f"disposition must be 'attachment' or 'inline', got {disposition!r}")
+    fallback = "".join(c if " " <= c <= "~" and c not in '"\\%' else "_" for c in filename)
+    if fallback == filename:
+        return f'{disposition}; filename="{filename}"'
+    encoded = quote(filename, safe="!#$&+-.^_`|~", encoding="utf-8")
+    return f"{disposition}; filename=\"{fallback}\"; filename*=UTF-8''{encoded}"
+
+
+@dataclass(frozen=True, slots=True)
+class Validators:
+    """What the answer depends on: the object's size, ETag and Last-Modified."""
+
+    size: int
+    etag: str | None
+    last_modified: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """The status, and for 200 and 206 the bytes ``[start, end)`` to send (``end``
+    ``None``: to the end of an object whose size is not known yet)."""
+
+    status: int
+    start: int = 0
+    end: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Asked:
+    """What a GET or HEAD request asks: a range, and the conditions on it."""
+
+    method: str
+    ranges: tuple[RangeSpec, ...] | None = None
+    if_range: str | None = None
+    if_match: str | None = None
+    if_none_match: str | None = None
+    if_modified_since: datetime | None = None
+    if_unmodified_since: datetime | None = None
+
+    @classmethod
+    def from_headers(cls, method: str, headers: Mapping[str, str]) -> Asked:
+        """From a request's headers (lower-case names, as Starlette's)."""
+        value = headers.get("range")
+        return cls(
+            method=method,
+            ranges=parse_range(value) if value is not None and method == "GET" else None,
+            if_range=headers.get("if-range"),
+            if_match=headers.get("if-match"),
+            if_none_match=headers.get("if-none-match"),
+            if_modified_since=_http_date(headers.get("if-modified-since")),
+            if_unmodified_since=_http_date(headers.get("if-unmodified-since")),
+        )
+
+    @property
+    def range(self) -> RangeSpec | None:
+        """The one range asked for (several: none, the whole object is sent)."""
+        if self.ranges is not None and len(self.ranges) == 1:
+            return self.ranges[0]
+        return None
+
+    @property
+    def needs_validators(self) -> bool:
+        """Whether the answer must wait for the object's size and validators (a HEAD
+        before any GET): the last N bytes start where the size says, and a cache's
+        revalidation is answered 304 without sending a GET whose body is not wanted."""
+        suffix = self.range is not None and self.range.start is None
+        revalidates = self.if_none_match is not None or self.if_modified_since is not None
+        return suffix or revalidates
+
+    def answer(self, obj: Validators | None) -> Answer:
+        """The answer, given the object's validators (RFC 9110 §13.2.2's order).
+
+        Without them (``None``, the object not asked about yet) every precondition is
+        taken to hold and ``If-Range`` to match: what the object's first answer then
+        says is checked by calling this again with its validators."""
+        if obj is None:
+            if self.needs_validators:
+                raise ValueError("this request needs the object's validators")
+            byte_range = self.range
+            if byte_range is None or byte_range.start is None:
+                return Answer(200)
+            return Answer(206, byte_range.start, byte_range.end)
+        etag = obj.etag
+        if self.if_match is not None:
+            if not _matches(self.if_match, etag, weak=False):
+                return Answer(412)
+        elif self.if_unmodified_since is not None:
+            modified = _http_date(obj.last_modified)
+            if modified is not None and modified > self.if_unmodified_since:
+                return Answer(412)
+        if self.if_none_match is not None:
+            if _matches(self.if_none_match, etag, weak=True):
+                return Answer(304)
+        elif self.if_modified_since is not None:
+            modified = _http_date(obj.last_modified)
+            if modified is not None and modified <= self.if_modified_since:
+                return Answer(304)
+        byte_range = self.range
+        if byte_range is None or not self._range_applies(etag):
+            return Answer(200, 0, obj.size)
+        resolved = byte_range.resolve(obj.size)
+        if resolved is None:
+            return Answer(416)
+        return Answer(206, *resolved)
+
+    def _range_applies(self, etag: str | None) -> bool:
+        if self.if_range is None:
+            return True
+        value = self.if_range.strip()
+        # An ETag, compared strongly (a weak one never matches); a date: whole object.
+        return value.startswith('"') and etag is not None and _strong_equal(value, etag)
+
+
+def _matches(header: str, etag: str | None, *, weak: bool) -> bool:
+    """Whether ``If-Match`` / ``If-None-Match`` (``weak``) ``header`` matches ``etag``."""
+    if header.strip() == "*":
+        return True  # the object exists
+    if etag is None:
+        return False
+    for tag in _entity_tags(header):
+        if _weak_equal(tag, etag) if weak else _strong_equal(tag, etag):
+            return True
+    return False
+
+
+def _entity_tags(header: str) -> list[str]:
+    tags, position = [], 0
+    while position < len(header):
+        match = _ENTITY_TAG.match(header, position)
+        if match is None:
+            break  # the rest is malformed: it matches nothing
+        tags.append(match.group(1))
+        position = match.end()
+    return tags
+
+
+def _strong_equal(a: str, b: str) -> bool:
+    return not a.startswith("W/") and not b.startswith("W/") and a == b
+
+
+def _weak_equal(a: str, b: str) -> bool:
+    return a.removeprefix("W/") == b.removeprefix("W/")
+
+
+def _http_date(value: str | None) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        parsed = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    return parsed if parsed.tzinfo is not None else None
