@@ -35,14 +35,16 @@ def demo(session: nox.Session) -> None:
 @nox.session
 def bench(session: nox.Session) -> None:
     """The batch benchmark against the peers; `-- startup ...` the start-up one, `--
-    instructions ...` instructions per object under callgrind. Not run by default (see
-    benchmarks/README.md); --server s3rver also needs node and npm."""
+    instructions ...` instructions per object under callgrind, `-- resume ...` a killed
+    copy run again, `-- sync ...` asyncdl sync beside s5cmd and aws s3 sync. Not run by
+    default (see benchmarks/README.md); --server s3rver (resume's default) also needs
+    node and npm."""
     # crc32c: the CRC32C checksums moto computes itself (a multipart upload's, an upload
     # part's) are silently CRC32s without it, values S3 would never send.
     session.install("-e", ".[bench]", "crc32c>=2.4")
     args = list(session.posargs)
     script = "benchmarks/batch.py"
-    if args[:1] in (["startup"], ["instructions"]):
+    if args[:1] in (["startup"], ["instructions"], ["resume"], ["sync"]):
         script, args = f"benchmarks/{args[0]}.py", args[1:]
     session.run("python", script, *args)
 
