@@ -1,10 +1,11 @@
 """An HTTP/1.1-aware TCP proxy for tests and benchmarks, on loopback.
 
 It sits between an S3 client and a server and, per request: records it (method,
-path, headers), counts requests in flight, adds latency, and can apply a fault
-(answer with an error status, delay, cut the body after N bytes, stall, reset),
-and can cap each connection's bandwidth. It runs its own event loop in a thread,
-so synchronous clients (boto3) can use it as well as asyncio ones.
+path, headers), counts requests in flight (and the response body bytes it relays),
+adds latency, and can apply a fault (answer with an error status, delay, cut the
+body after N bytes, stall, reset), and can cap each connection's bandwidth. It runs
+its own event loop in a thread, so synchronous clients (boto3) can use it as well as
+asyncio ones.
 
 Upstream connections are opened per request and the client side is kept alive:
 moto's server closes every connection, S3 does not, and a benchmark through the
@@ -104,6 +105,7 @@ class _Stats:
     requests: list[RequestRecord] = field(default_factory=list)
     in_flight: int = 0
     max_in_flight: int = 0
+    response_bytes: int = 0
 
 
 class TcpProxy:
@@ -161,6 +163,16 @@ class TcpProxy:
     def max_in_flight(self) -> int:
         with self._lock:
             return self._stats.max_in_flight
+
+    @property
+    def response_bytes(self) -> int:
+        """Response body bytes relayed to clients so far (counted as they are sent)."""
+        with self._lock:
+            return self._stats.response_bytes
+
+    def _sent(self, count: int) -> None:
+        with self._lock:
+            self._stats.response_bytes += count
 
     def reset_stats(self) -> None:
         with self._lock:
@@ -327,7 +339,9 @@ class TcpProxy:
                 response_head = _replace_headers(response_head, fault.response_headers)
             writer.write(_rewrite_head(response_head, keep_alive))
             remaining = int(length) if length is not None else -1
-            whole = await _relay_body(up_reader, writer, remaining, fault, down)
+            whole = await _relay_body(
+                up_reader, writer, remaining, fault, down, sent_to_client=self._sent
+            )
             return keep_alive and whole
         finally:
             up_writer.close()
@@ -339,9 +353,12 @@ async def _relay_body(
     remaining: int,
     fault: Fault,
     down: _TokenBucket | None,
+    *,
+    sent_to_client: Callable[[int], None],
 ) -> bool:
-    """Relay ``remaining`` body bytes (-1: until EOF) with the fault's edits; return
-    whether the body went out whole (False when cut, or its length was not known)."""
+    """Relay ``remaining`` body bytes (-1: until EOF) with the fault's edits, telling
+    ``sent_to_client`` each piece's size; return whether the body went out whole (False
+    when cut, or its length was not known)."""
     sent = 0
     while remaining != 0:
         chunk = await up_reader.read(min(_CHUNK, remaining) if remaining > 0 else _CHUNK)
@@ -355,6 +372,7 @@ async def _relay_body(
         if fault.cut_after is not None and sent + len(chunk) >= fault.cut_after:
             writer.write(chunk[: fault.cut_after - sent])
             await writer.drain()
+            sent_to_client(fault.cut_after - sent)
             if fault.stall:
                 await asyncio.sleep(fault.stall)
             # A graceful close delivers what was sent, then EOF: a short body.
@@ -363,6 +381,7 @@ async def _relay_body(
             return False
         writer.write(chunk)
         await writer.drain()
+        sent_to_client(len(chunk))
         sent += len(chunk)
         if remaining > 0:
             remaining -= len(chunk)
