@@ -58,13 +58,19 @@ def failing_range(start: int) -> Any:
 
 
 async def interrupted(
-    client: Any, config: asyncdl.TransferConfig, proxy: TcpProxy, bucket: str, target: Path
+    client: Any,
+    config: asyncdl.TransferConfig,
+    proxy: TcpProxy,
+    bucket: str,
+    target: Path,
+    key: str = "k",
+    at: int = 12 * CHUNK,
 ) -> None:
-    """A download that fails on one range (every attempt refused), after the others."""
-    proxy.rule = failing_range(12 * CHUNK)
+    """A download that fails on the range at ``at`` (every attempt refused)."""
+    proxy.rule = failing_range(at)
     async with asyncdl.Engine(client, config=config) as engine:
         with pytest.raises(asyncdl.AccessDeniedError):
-            await engine.download(bucket, "k", target)
+            await engine.download(bucket, key, target)
     proxy.rule = None
     proxy.reset_stats()
 
@@ -274,6 +280,11 @@ async def test_damaged_journal(
     if name == "torn last line":
         with journal.open("ab") as appended:
             appended.write(b'[1,2,{"CRC3')  # a crash in the middle of an append
+        # Interrupted again, after more parts: their lines must not join the torn one.
+        await interrupted(client, config, proxy, bucket, target, at=16 * CHUNK)
+        found = partial_file.lookup(target, RuntimeError)
+        assert found is not None
+        assert found.damaged is None
     async with asyncdl.Engine(client, config=config) as engine:
         result = await engine.download(bucket, "k", target)
     assert target.read_bytes() == data

@@ -153,10 +153,15 @@ def test_two_processes_on_one_target_one_wins_the_other_fails_clearly(
 
 
 async def _interrupt(
-    s3: Any, proxy: TcpProxy, bucket: str, target: Path, config: asyncdl.TransferConfig
+    s3: Any,
+    proxy: TcpProxy,
+    bucket: str,
+    target: Path,
+    config: asyncdl.TransferConfig,
+    key: str = "k",
 ) -> None:
     async with make_client(proxy.url) as client:
-        await interrupted(client, resumable(config), proxy, bucket, target)
+        await interrupted(client, resumable(config), proxy, bucket, target, key)
 
 
 def test_clean_removes_old_partials_but_not_busy_ones_or_other_files(
@@ -188,6 +193,9 @@ def test_clean_removes_old_partials_but_not_busy_ones_or_other_files(
         assert sorted(p.name for p in tmp_path.rglob("*")) == everything
         assert "would remove" in dry.stdout
         assert "s3://" in dry.stdout
+        young = CliRunner().invoke(cli, ["clean", "--older-than", "2h", str(tmp_path)])
+        assert young.exit_code == 0, young.output
+        assert sorted(p.name for p in tmp_path.rglob("*")) == everything
         done = CliRunner().invoke(cli, ["clean", str(tmp_path)])
         assert done.exit_code == 0, done.output
         assert "busy (left alone)" in done.stdout
@@ -195,3 +203,63 @@ def test_clean_removes_old_partials_but_not_busy_ones_or_other_files(
         os.close(holder)
     left = sorted(p.name for p in tmp_path.rglob("*"))
     assert left == sorted([*others, "sub", ".held.asyncdl-journal", ".held.asyncdl-partial"])
+
+
+def copy(proxy: TcpProxy, *args: str) -> Any:
+    """``asyncdl cp`` in-process."""
+    return CliRunner().invoke(
+        cli, ["cp", "--endpoint-url", proxy.url, "--chunk-size", "64KiB", *args]
+    )
+
+
+def test_cp_says_what_it_reused_and_what_it_discarded(
+    config: asyncdl.TransferConfig, s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path
+) -> None:
+    data = payload(BIG)
+    s3.put_object(Bucket=bucket, Key="k", Body=data)
+    target = tmp_path / "k"
+    asyncio.run(_interrupt(s3, proxy, bucket, target, config))
+    kept = recorded(tmp_path)
+    resumed = copy(proxy, f"s3://{bucket}/k", str(target))
+    assert resumed.exit_code == 0, resumed.output
+    assert resumed.stdout == (
+        f"download: s3://{bucket}/k to {target} "
+        f"(resumed: {kept / 2**20:.1f} MiB were already here)\n"
+    )
+    assert target.read_bytes() == data
+
+    target.unlink()
+    asyncio.run(_interrupt(s3, proxy, bucket, target, config))
+    new = payload(BIG, seed=3)
+    s3.put_object(Bucket=bucket, Key="k", Body=new)
+    changed = copy(proxy, "--json", f"s3://{bucket}/k", str(target))
+    assert changed.exit_code == 0, changed.output
+    line = json.loads(changed.stdout)
+    assert line["reused_bytes"] == 0
+    assert "the object changed" in line["partial_discarded"]
+    assert target.read_bytes() == new
+
+    target.unlink()
+    asyncio.run(_interrupt(s3, proxy, bucket, target, config))
+    proxy.reset_stats()
+    over = copy(proxy, "--no-resume", f"s3://{bucket}/k", str(target))
+    assert over.exit_code == 0, over.output
+    assert "discarded an earlier copy's partial file" in over.stderr
+    assert ranged(proxy.requests) == BIG
+    assert target.read_bytes() == new
+    assert leftovers(tmp_path) == []
+
+
+def test_cp_recursive_no_resume_discards_each_partial(
+    config: asyncdl.TransferConfig, s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path
+) -> None:
+    data = payload(BIG)
+    s3.put_object(Bucket=bucket, Key="p/k", Body=data)
+    asyncio.run(_interrupt(s3, proxy, bucket, tmp_path / "k", config, "p/k"))
+    assert leftovers(tmp_path) == [".k.asyncdl-journal", ".k.asyncdl-partial"]
+    proxy.reset_stats()
+    over = copy(proxy, "-r", "--no-resume", f"s3://{bucket}/p/", str(tmp_path))
+    assert over.exit_code == 0, over.output
+    assert (tmp_path / "k").read_bytes() == data
+    assert ranged(proxy.requests) == BIG  # every byte again
+    assert leftovers(tmp_path) == []

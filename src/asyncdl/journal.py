@@ -69,6 +69,8 @@ class Found:
     ranges: list[Recorded] = field(default_factory=list)
     #: Why the partial cannot be used; ``None`` when it can.
     damaged: str | None = None
+    #: Bytes of whole lines: what follows is an append a crash cut short.
+    length: int = 0
 
 
 class Corrupt(ValueError):
@@ -146,7 +148,7 @@ def parse(data: bytes) -> Found:
     for recorded in sorted(longest.values()):
         if not ranges or recorded[0] >= ranges[-1][1]:
             ranges.append(recorded)
-    return Found(header, ranges)
+    return Found(header, ranges, length=data.rfind(b"\n") + 1)
 
 
 _ALGORITHM_OF = {}

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import hashlib
 import os
 import threading
@@ -192,7 +193,6 @@ class PartialFile(TempFile):
     ) -> None:
         super().__init__(target, header.size, fsync=fsync)
         self.header = header
-        self.partial, self.journal = paths_for(target)
         self._busy = busy
         self._adopt = adopt
         self._journal_fd = -1
@@ -204,6 +204,12 @@ class PartialFile(TempFile):
         self._starts: dict[int, int] = {}
         self._starts_lock = threading.Lock()
 
+    @functools.cached_property
+    def files(self) -> tuple[Path, Path]:
+        """The partial file and the journal (worked out only when needed: a small file
+        published in one write never needs them)."""
+        return paths_for(self.target)
+
     async def open(self) -> None:
         """Lock the journal, and open the partial file: an earlier attempt's (with
         ``adopt``, when the journal is of the same object), else a fresh one."""
@@ -212,14 +218,16 @@ class PartialFile(TempFile):
     def _open_sync(self) -> None:
         self._enter()
         try:
-            self._journal_fd = _open_locked(self.journal, self._busy, create=True) or -1
+            locked = _open_locked(self.files[1], self._busy, create=True)
+            assert locked is not None  # created if missing
+            self._journal_fd = locked
             try:
                 fd = self._adopted() if self._adopt else None
                 self._fd = fd if fd is not None else self._fresh()
             except BaseException:
                 self._release()
                 raise
-            self.path = self.partial
+            self.path = self.files[0]
         finally:
             self._leave()
 
@@ -228,12 +236,14 @@ class PartialFile(TempFile):
         if found.damaged or found.header != self.header or not found.ranges:
             return None
         try:
-            fd = os.open(self.partial, os.O_RDWR | _CLOEXEC)
+            fd = os.open(self.files[0], os.O_RDWR | _CLOEXEC)
         except FileNotFoundError:
             return None
         if os.fstat(fd).st_size != self.size:
             os.close(fd)
             return None
+        # A line a crash cut short goes, or the next line appended would join it.
+        os.ftruncate(self._journal_fd, found.length)
         self.adopted = found.ranges
         return fd
 
@@ -241,7 +251,7 @@ class PartialFile(TempFile):
         # The journal is emptied first: bytes left in the partial then mean nothing.
         os.ftruncate(self._journal_fd, 0)
         os.write(self._journal_fd, self.header.line())
-        fd = os.open(self.partial, os.O_RDWR | os.O_CREAT | _CLOEXEC, 0o666)
+        fd = os.open(self.files[0], os.O_RDWR | os.O_CREAT | _CLOEXEC, 0o666)
         try:
             os.ftruncate(fd, 0)
             preallocate(fd, self.size)
@@ -286,7 +296,7 @@ class PartialFile(TempFile):
         super()._replace()
         if self._journal_fd >= 0:
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.journal)
+                os.unlink(self.files[1])
             self._release()
 
     def _remove(self) -> None:
@@ -294,7 +304,7 @@ class PartialFile(TempFile):
             super()._remove()
         finally:
             if self.drop and self._journal_fd >= 0:
-                for path in (self.partial, self.journal):
+                for path in self.files:
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(path)
             self._release()
