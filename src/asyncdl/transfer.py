@@ -327,7 +327,7 @@ async def _fetch(
         # created, written, closed and renamed in one executor hop, not three.
         fetch = Fetch(ctx, obj, temp, etag, size, verifier, progress)
         # Only a resumed discovery (no first answer) adopts a partial file.
-        gaps = await resume.reuse(temp, verifier, obj, progress, found)
+        gaps = await resume.reuse(temp, verifier, obj, progress, found) if found.adopt else None
         if gaps is not None:
             await fetch_ranges(fetch, None, 0, 0, gaps)
         elif whole_in_first or one_plain_get:
