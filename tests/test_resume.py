@@ -21,7 +21,7 @@ from asyncdl import partial_file
 from asyncdl.testing.tcp_proxy import Fault, RequestRecord, TcpProxy
 from asyncdl.writer import is_temp_file
 
-from .conftest import CHUNK, payload, temp_files
+from .conftest import CHUNK, gone_within_a_second, payload, temp_files
 from .test_moto_server import PART, put_multipart
 
 SIZE = 16 * CHUNK + 123  # 17 parts of CHUNK, several writes: journaled
@@ -72,7 +72,19 @@ async def interrupted(
         with pytest.raises(asyncdl.AccessDeniedError):
             await engine.download(bucket, key, target)
     proxy.rule = None
+    await settled(proxy)
     proxy.reset_stats()
+
+
+async def settled(proxy: TcpProxy) -> None:
+    """Wait until what the cancelled parts sent has reached the proxy and ended, so that
+    what it records next is the next download's alone."""
+    seen = -1
+    for _ in range(500):
+        if proxy.in_flight == 0 and len(proxy.requests) == seen:
+            return
+        seen = len(proxy.requests)
+        await asyncio.sleep(0.02)
 
 
 @pytest.mark.parametrize("fsync", [False, True])
@@ -119,6 +131,7 @@ async def test_without_resume_a_failed_download_leaves_nothing(
 ) -> None:
     s3.put_object(Bucket=bucket, Key="k", Body=payload(SIZE))
     await interrupted(client, config, proxy, bucket, tmp_path / "k")
+    await gone_within_a_second(tmp_path)  # a write in a worker thread finishes first
     assert os.listdir(tmp_path) == []
 
 

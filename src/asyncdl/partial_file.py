@@ -16,6 +16,7 @@ the few microseconds it reads.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import functools
@@ -47,6 +48,8 @@ _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _FLAGS = os.O_RDWR | os.O_APPEND | _CLOEXEC
 #: Tries for the lock a download holds alone (a reader holds it a few microseconds).
 _LOCK_TRIES = 5
+#: Seconds a failed download waits for a write still running to release its lock.
+_RELEASE_WAIT = 10.0
 #: Makes the error a download gets when another one holds the journal's lock.
 Busy = Callable[[], Exception]
 
@@ -203,6 +206,9 @@ class PartialFile(TempFile):
         #: Where the part that a write at this offset continues began.
         self._starts: dict[int, int] = {}
         self._starts_lock = threading.Lock()
+        #: Set once the lock is released (see :meth:`released`); made when opened.
+        self._unlocked: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     @functools.cached_property
     def files(self) -> tuple[Path, Path]:
@@ -213,6 +219,7 @@ class PartialFile(TempFile):
     async def open(self) -> None:
         """Lock the journal, and open the partial file: an earlier attempt's (with
         ``adopt``, when the journal is of the same object), else a fresh one."""
+        self._loop, self._unlocked = asyncio.get_running_loop(), asyncio.Event()
         await _open(self)
 
     def _open_sync(self) -> None:
@@ -313,6 +320,20 @@ class PartialFile(TempFile):
         fd, self._journal_fd = self._journal_fd, -1
         if fd >= 0:
             os.close(fd)
+            if self._loop is not None and self._unlocked is not None:  # maybe in a thread
+                with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits
+                    self._loop.call_soon_threadsafe(self._unlocked.set)
+
+    async def released(self) -> None:
+        """Wait until the lock is released: after :meth:`discard`, a write still running
+        in a worker thread finishes first (milliseconds), then the file is closed. A
+        failed download returns only then, so that trying again at once does not find
+        its own lock."""
+        if self._journal_fd >= 0 and self._unlocked is not None:
+            # Bounded: a write stuck on a hung file system must not hang the failure.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(_RELEASE_WAIT):
+                    await self._unlocked.wait()
 
 
 _open = wrap(PartialFile._open_sync)

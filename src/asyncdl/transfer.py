@@ -348,6 +348,8 @@ async def _fetch(
         if temp is not None:
             temp.discard()
         await verifier.abandon()
+        if isinstance(temp, PartialFile):
+            await temp.released()
         if failure is not exc:
             # Keep the failure's own cause; the group around it is noise.
             raise failure from failure.__cause__
