@@ -115,6 +115,8 @@ def test_cp_json_prints_one_object_per_result(
         "checksum": f"CRC32:{put['ChecksumCRC32']}",
         "verified": True,
         "unverified_reason": None,
+        "reused_bytes": 0,
+        "partial_discarded": None,
         "error": None,
     }
     assert [r.method for r in proxy.requests] == ["HEAD", "GET"]
@@ -511,10 +513,9 @@ def test_a_stop_signal_cancels_cleanly_with_128_plus_its_number(
     else:
         args = [f"s3://{bucket}/dir/big.bin", str(target)]
     # Whatever started pytest (a background job ignores SIGINT), the child gets Ctrl-C.
-    with (
-        sigint_ignored(),
-        spawn_cli("cp", "--endpoint-url", proxy.url, "--chunk-size", "64KiB", *args) as running,
-    ):
+    # --no-resume: a temp file, removed on the way out (a partial file would stay).
+    options = ["--endpoint-url", proxy.url, "--chunk-size", "64KiB", "--no-resume"]
+    with sigint_ignored(), spawn_cli("cp", *options, *args) as running:
         wait_for_a_temp_file(running, tmp_path)
         running.send_signal(signum)
         _, err = running.communicate(timeout=60)
@@ -534,8 +535,10 @@ def test_a_signal_ignored_at_start_stays_ignored(
     s3.put_object(Bucket=bucket, Key="big.bin", Body=data)
     hang_all_but_the_first_part(proxy, 1.5)
     target = tmp_path / "big.bin"
-    args = ["--endpoint-url", proxy.url, "--chunk-size", "64KiB", f"s3://{bucket}/big.bin"]
-    with spawn_cli("cp", *args, str(target), ignoring=[signum]) as running:
+    args = ["--endpoint-url", proxy.url, "--chunk-size", "64KiB", "--no-resume"]
+    with spawn_cli(
+        "cp", *args, f"s3://{bucket}/big.bin", str(target), ignoring=[signum]
+    ) as running:
         wait_for_a_temp_file(running, tmp_path)
         running.send_signal(signum)
         _, err = running.communicate(timeout=60)

@@ -20,6 +20,7 @@ if typing.TYPE_CHECKING:  # what type checkers and IDEs see: the names, imported
         InvalidRequestError,
         ObjectChangedError,
         ObjectNotFoundError,
+        TargetBusyError,
     )
     from .results import DownloadResult
     from .strategies import GetFirst, HeadFirst, Strategy
@@ -42,6 +43,7 @@ __all__ = [
     "ObjectNotFoundError",
     "ObjectStream",
     "Strategy",
+    "TargetBusyError",
     "TransferConfig",
     "download",
 ]
@@ -61,6 +63,7 @@ _MODULES = {
     "ObjectNotFoundError": "errors",
     "ObjectStream": "streaming",
     "Strategy": "strategies",
+    "TargetBusyError": "errors",
     "TransferConfig": "config",
     "download": "api",
 }

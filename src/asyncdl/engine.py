@@ -121,7 +121,11 @@ class Engine:
         ``size`` and ``etag``, when both known (from a listing, say), replace the
         discovery request: every GET is pinned from the first byte. The target is
         replaced atomically, only once every byte is on disk; on failure it is left
-        as it was and no temp file remains.
+        as it was and no temp file remains. With ``config.resume`` a download that
+        writes more than once keeps its partial file on failure (it raises
+        ``TargetBusyError`` if another download holds it), and one that finds an
+        earlier attempt's fetches only what is missing: ``result.reused_bytes`` and
+        ``result.partial_discarded`` tell what became of it (see ``asyncdl.resume``).
         """
         ctx = self._context
         job = await transfer.check(
@@ -227,7 +231,8 @@ class Engine:
         A failed item yields a result whose ``error`` holds the ``DownloadError``;
         the batch goes on. ``extra_args`` apply to items that carry none of their own.
         Leaving the loop early cancels what is in flight and removes its temp files
-        (at once with ``contextlib.aclosing``, else when the iterator is collected).
+        (at once with ``contextlib.aclosing``, else when the iterator is collected;
+        with ``config.resume``, partial files stay for the next run).
         """
         return bulk.download_many(
             self._context,

@@ -57,6 +57,11 @@ class ChecksumError(DownloadError):
         self.mismatch = mismatch
 
 
+class TargetBusyError(DownloadError):
+    """Another download (in this process or another) is writing the same target's
+    partial file (``resume=True``); nothing of it was touched."""
+
+
 class RetryableError(Exception):
     """Internal: a failure worth another attempt (never escapes the engine)."""
 

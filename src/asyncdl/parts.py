@@ -109,9 +109,17 @@ async def fetch_into(
     await fetch_part(fetch, Part(start, end), response)
 
 
-async def fetch_ranges(fetch: Fetch, first: Response | None, first_end: int, offset: int) -> None:
+async def fetch_ranges(
+    fetch: Fetch,
+    first: Response | None,
+    first_end: int,
+    offset: int,
+    gaps: list[tuple[int, int]] | None = None,
+) -> None:
     """Fetch a multi-part object: the open first response (bytes ``[0, first_end)``),
-    then the rest in parallel (from ``offset``: bytes before it are already written)."""
+    then the rest in parallel (from ``offset``: bytes before it are already written),
+    or only ``gaps``, each ``[start, end)`` cut by ``chunk_size`` (what a resumed
+    download lacks)."""
     config = fetch.ctx.config
     crc = fetch.verifier.crc
     # Bounds this download's part tasks; the shared budget is taken per request.
@@ -123,10 +131,11 @@ async def fetch_ranges(fetch: Fetch, first: Response | None, first_end: int, off
                 tasks.create_task(_run(fetch, Part(0, first_end, crc_fn=crc), first, window))
                 first = None  # the task owns it now
                 offset = first_end
-            for byte_range in plan_ranges(fetch.size, config.chunk_size, offset):
-                await window.acquire()
-                part = Part(byte_range.start, byte_range.end, crc_fn=crc)
-                tasks.create_task(_run(fetch, part, None, window))
+            for gap_start, gap_end in [(offset, fetch.size)] if gaps is None else gaps:
+                for byte_range in plan_ranges(gap_end, config.chunk_size, gap_start):
+                    await window.acquire()
+                    part = Part(byte_range.start, byte_range.end, crc_fn=crc)
+                    tasks.create_task(_run(fetch, part, None, window))
     finally:
         if first is not None:
             first.close()

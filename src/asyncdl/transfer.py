@@ -9,6 +9,9 @@ GET), or the rest is fetched by byte ranges, or along the upload's parts when on
 those can check a COMPOSITE checksum (see ``parts``). After a checksum mismatch
 there is one fresh attempt at most, pinned to the same ETag. Publishing comes
 last, outside the timeout, and once started it is not interrupted.
+
+With ``resume=True`` a download that writes more than once goes into a partial
+file, kept on failure, and one an earlier attempt left is continued (see ``resume``).
 """
 
 from __future__ import annotations
@@ -19,11 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import quick_io
+from . import quick_io, resume
 from .checksums import ExpectedChecksum, parse_checksum
 from .config import finite, is_int_at_least
 from .context import Context
-from .errors import ChecksumError, InvalidRequestError, translate
+from .errors import ChecksumError, InvalidRequestError, ObjectChangedError, translate
+from .partial_file import PartialFile
 from .parts import Fetch, Part, fetch_by_part_number, fetch_part, fetch_ranges
 from .progress import ProgressCallback, Reporter
 from .request_args import ExtraArgs, check_bucket_and_key, check_extra_args, check_target
@@ -101,9 +105,10 @@ async def run(ctx: Context, job: Job, progress: ProgressCallback | None) -> Down
     reporter = Reporter(progress)
     deadline = asyncio.timeout(job.timeout)
     temp: TempFile | None = None
+    found = resume.Resume()
     try:
         async with deadline:
-            discovery, verification, temp = await _fetch_verified(ctx, obj, job, reporter)
+            discovery, verification, temp = await _fetch_verified(ctx, obj, job, reporter, found)
         # Every byte is in and checked: publishing is the last step, outside the
         # timeout, and once started it completes even if the task is cancelled (a
         # cancellation then propagates with the target already replaced).
@@ -138,17 +143,32 @@ async def run(ctx: Context, job: Job, progress: ProgressCallback | None) -> Down
         checksum=verification.checksum,
         verified=verification.verified,
         unverified_reason=verification.reason,
+        reused_bytes=found.reused,
+        partial_discarded=found.discarded,
     )
 
 
 async def _fetch_verified(
-    ctx: Context, obj: S3Object, job: Job, progress: Reporter
+    ctx: Context, obj: S3Object, job: Job, progress: Reporter, found: resume.Resume
 ) -> tuple[Discovery, Verification, TempFile]:
     """Discover and fetch into a verified temp file, not yet published; after a
     checksum mismatch, one fresh attempt at most, pinned to the same ETag (a mismatch
-    is not retried blindly)."""
+    is not retried blindly), which takes nothing from an earlier attempt's partial."""
     policy = ctx.config.validate
-    discovery = await _discover(ctx, obj, job)
+    discovery = None
+    if ctx.config.resume:
+        discovery = await resume.discover(
+            ctx,
+            obj,
+            job.target,
+            job.extra_args,
+            size=job.size,
+            etag=job.etag,
+            checksum_head=_needs_checksum_head(ctx, job),
+            found=found,
+        )
+    if discovery is None:
+        discovery = await _discover(ctx, obj, job)
     # No await from here until _fetch holds the open first answer and the checksum HEAD
     # under its cleanup: a cancellation in between would leak them.
     verifier = Verifier(policy, job.expected or discovery.checksum)
@@ -158,7 +178,7 @@ async def _fetch_verified(
     progress.total = discovery.size
     try:
         fetched = await _fetch(
-            ctx, obj, discovery, target=job.target, verifier=verifier, progress=progress
+            ctx, obj, job, discovery, verifier=verifier, progress=progress, found=found
         )
         return discovery, *fetched
     except ChecksumError as exc:
@@ -172,9 +192,10 @@ async def _fetch_verified(
             exc.message,
         )
     await progress.rewind()  # the fresh attempt fetches every byte again
+    found.adopt, found.reused = False, 0
     fresh = Discovery(size=discovery.size, etag=discovery.etag)
     verifier = Verifier(policy, verifier.expected)
-    fetched = await _fetch(ctx, obj, fresh, target=job.target, verifier=verifier, progress=progress)
+    fetched = await _fetch(ctx, obj, job, fresh, verifier=verifier, progress=progress, found=found)
     return fresh, *fetched
 
 
@@ -241,20 +262,26 @@ async def _discover_with_retries(ctx: Context, obj: S3Object, job: Job) -> Disco
 async def _fetch(
     ctx: Context,
     obj: S3Object,
+    job: Job,
     discovery: Discovery,
     *,
-    target: Path,
     verifier: Verifier,
     progress: Reporter,
+    found: resume.Resume,
 ) -> tuple[Verification, TempFile]:
     """Write every byte of the object into a temp file and check it; the caller
-    publishes it. On any failure the temp file is gone."""
+    publishes it. On any failure the temp file is gone (a partial file stays)."""
     config = ctx.config
     first, size, etag = discovery.first, discovery.size, discovery.etag
     temp: TempFile | None = None
     try:
         # Held before any await, so a cancelled create is still cleaned up.
-        temp = TempFile(target, size, fsync=config.fsync)
+        if config.resume and etag is not None:  # without an ETag, nothing pins the rest
+            temp = resume.partial_file_for(
+                obj, job.target, job.extra_args, etag, size, fsync=config.fsync, found=found
+            )
+        else:
+            temp = TempFile(job.target, size, fsync=config.fsync)
         if verifier.pending is not None and discovery.checksum is not None:
             # The answer was the whole object and brought the checksum: the HEAD sent
             # for it is not needed.
@@ -290,14 +317,20 @@ async def _fetch(
                 first = None
             one_plain_get = True
             verifier.missing_reason = "the server sent no ETag to pin a checksum HEAD to"
-        if not (whole_in_first or one_plain_get or discovery.complete) or (
-            size > config.write_size
+        if (
+            not (whole_in_first or one_plain_get or discovery.complete)
+            or size > config.write_size
+            or found.adopt
         ):
             await temp.open()
         # Otherwise one sequential writer, small enough for one write: the file is
         # created, written, closed and renamed in one executor hop, not three.
         fetch = Fetch(ctx, obj, temp, etag, size, verifier, progress)
-        if whole_in_first or one_plain_get:
+        # Only a resumed discovery (no first answer) adopts a partial file.
+        gaps = await resume.reuse(temp, verifier, obj, progress, found) if found.adopt else None
+        if gaps is not None:
+            await fetch_ranges(fetch, None, 0, 0, gaps)
+        elif whole_in_first or one_plain_get:
             response, first = first, None
             await fetch_part(fetch, Part(0, size, crc_fn=verifier.crc), response)
         elif not discovery.complete:
@@ -305,13 +338,19 @@ async def _fetch(
             await _fetch_body(fetch, opened, discovery.first_end)
         return await verifier.finish(temp, obj, etag), temp
     except BaseException as exc:
+        failure = _first_failure(exc) if isinstance(exc, BaseExceptionGroup) else exc
         if first is not None:
             first.close()
+        if isinstance(temp, PartialFile):
+            # A partial file of an object that changed, or whose bytes did not check
+            # out, is of no use to the next attempt.
+            temp.drop = isinstance(failure, ObjectChangedError | ChecksumError)
         if temp is not None:
             temp.discard()
         await verifier.abandon()
-        if isinstance(exc, BaseExceptionGroup):
-            failure = _first_failure(exc)
+        if isinstance(temp, PartialFile):
+            await temp.released()
+        if failure is not exc:
             # Keep the failure's own cause; the group around it is noise.
             raise failure from failure.__cause__
         raise

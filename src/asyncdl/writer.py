@@ -70,10 +70,10 @@ def temp_path_for(target: Path, run: str | None = None, name_max: int | None = N
     token = f"{random.getrandbits(32):08x}"
     tail = f".{run}-{token}{_TEMP_SUFFIX}" if run else f".{token}{_TEMP_SUFFIX}"
     room = (name_max or _NAME_MAX) - 1 - len(tail)
-    return target.with_name(f".{_cut(target.name, room)}{tail}")
+    return target.with_name(f".{cut_name(target.name, room)}{tail}")
 
 
-def _cut(name: str, room: int) -> str:
+def cut_name(name: str, room: int) -> str:
     """The longest start of ``name`` within ``room`` bytes as the file system encodes
     it, whole characters only (a UTF-8 name is never cut inside a character)."""
     if len(os.fsencode(name)) <= room:
@@ -183,7 +183,7 @@ class TempFile:
         try:
             fd = self._create()
             try:
-                _preallocate(fd, self.size)
+                preallocate(fd, self.size)
             except BaseException:
                 os.close(fd)
                 os.unlink(self.path)
@@ -408,7 +408,7 @@ def _name_max(directory: Path) -> int | None:
         return None
 
 
-def _preallocate(fd: int, size: int) -> None:
+def preallocate(fd: int, size: int) -> None:
     if size <= 0:
         return
     try:

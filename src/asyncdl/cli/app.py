@@ -95,7 +95,8 @@ def cli() -> None:
     the endpoint.
 
     Exit status: 0 success, 1 some object failed, 2 usage error, 130 Ctrl-C,
-    143 SIGTERM (both cancel the downloads and remove their temp files first).
+    143 SIGTERM (both cancel the downloads first; cp keeps their partial files for
+    the next run to continue, see cp --no-resume and clean).
     """
 
 
@@ -158,10 +159,11 @@ def make_settings(
     endpoint_url: str | None,
     quiet: bool,
     debug: bool,
+    resume: bool = False,
 ) -> Settings:
     try:
         config = TransferConfig(
-            chunk_size=chunk_size, max_concurrency=concurrency, validate=validate
+            chunk_size=chunk_size, max_concurrency=concurrency, validate=validate, resume=resume
         )
     except ValueError as exc:  # the options' own checks should have caught it
         raise click.UsageError(str(exc)) from None

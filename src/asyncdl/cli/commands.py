@@ -16,6 +16,7 @@ from pathlib import Path, PurePosixPath
 
 import click
 
+from . import clean as _clean  # noqa: F401 - registers asyncdl clean
 from .app import Settings, cli, make_settings, transfer_options
 from .output import Output
 from .params import S3Url, check_s3_url, converter, parse_s3_url
@@ -51,6 +52,14 @@ _validate_option = click.option(
 )
 @_validate_option
 @click.option(
+    "--resume/--no-resume",
+    default=True,
+    show_default=True,
+    help="Continue what an earlier, interrupted copy of the same object to the same file "
+    "left (its partial file), fetching only the missing bytes; --no-resume discards such "
+    "a partial file and starts over.",
+)
+@click.option(
     "--json",
     "json_lines",
     is_flag=True,
@@ -66,6 +75,7 @@ def cp(
     recursive: bool,
     strategy: str,
     validate: str,
+    resume: bool,
     json_lines: bool,
     concurrency: int,
     chunk_size: int,
@@ -84,6 +94,9 @@ def cp(
 
     A file is replaced atomically, only once every byte is in; on failure it is
     left as it was. A recursive copy creates DIR (in an existing directory).
+    An interrupted copy (failed, Ctrl-C, killed) leaves a partial file beside the
+    target, .NAME.asyncdl-partial, which the next copy continues (asyncdl clean
+    removes old ones).
     """
     settings = make_settings(
         concurrency=concurrency,
@@ -92,6 +105,7 @@ def cp(
         endpoint_url=endpoint_url,
         quiet=quiet,
         debug=debug,
+        resume=resume,
     )
     if dest == "-":
         if recursive:

@@ -38,6 +38,8 @@ def result_json(result: DownloadResult) -> dict[str, Any]:
         "checksum": result.checksum,
         "verified": result.verified,
         "unverified_reason": result.unverified_reason,
+        "reused_bytes": result.reused_bytes,
+        "partial_discarded": result.partial_discarded,
         "error": None if error is None else {"type": type(error).__name__, "message": str(error)},
     }
 
@@ -111,7 +113,12 @@ class Output:
             self.print_line(json.dumps(result_json(result)), sys.stdout)
         elif result.error is None and not result.skipped and not self.quiet:
             where = f"s3://{result.bucket}/{result.key}"
-            self.print_line(f"download: {where} to {result.path}", sys.stdout)
+            resumed = ""
+            if result.reused_bytes:
+                resumed = f" (resumed: {mib(result.reused_bytes)} were already here)"
+            self.print_line(f"download: {where} to {result.path}{resumed}", sys.stdout)
+        if result.partial_discarded is not None and not self.json_lines:
+            self.note(f"note: s3://{result.bucket}/{result.key}: {result.partial_discarded}")
         self.count(result.error)
 
     def count(self, error: BaseException | None) -> None:
@@ -163,3 +170,7 @@ class Output:
         total = "?" if self.objects is None else str(self.objects)
         failed = f", {self.failed} failed" if self.failed else ""
         return f"{self.done}/{total} objects{failed}"
+
+
+def mib(size: int) -> str:
+    return f"{size / 2**20:.1f} MiB"

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import click
 
-from .. import interrupts
+from .. import interrupts, partial_file
 from ..bulk import failed
 from ..clients import create_default_client
 from ..engine import Engine
@@ -38,6 +38,8 @@ async def _open_engine(settings: Settings) -> AsyncIterator[Engine]:
 async def copy_one(
     settings: Settings, source: S3Url, target: Path, strategy: str, output: Output
 ) -> None:
+    if not settings.config.resume:
+        _discard_partial(target, output)
     async with _open_engine(settings) as engine:
         try:
             result = await engine.download(
@@ -73,11 +75,25 @@ async def copy_prefix(
                 async for result in results:
                     if keys is not None:
                         keys.add(result.key)
+                    if not settings.config.resume:
+                        _discard_partial(result.path, output)
                     output.finished(result)
         except DownloadError as error:  # the listing itself failed
             output.error(error)
             return False
     return True
+
+
+class _Busy(Exception):
+    pass
+
+
+def _discard_partial(target: Path, output: Output) -> None:
+    """``--no-resume``: an earlier copy's partial file of ``target`` goes (not one that a
+    running download holds)."""
+    with contextlib.suppress(_Busy, OSError):
+        if partial_file.remove(target, _Busy):
+            output.note(f"note: {str(target)!r}: discarded an earlier copy's partial file")
 
 
 def cat_object(settings: Settings, source: S3Url) -> int:

@@ -1,0 +1,95 @@
+"""A Dask worker killed mid-download (``resume=True``): the partition runs again on a
+worker that continues the partial files the dead one left."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+from distributed import Client
+
+import asyncdl
+import asyncdl.dask as adask
+from asyncdl import partial_file
+from asyncdl.testing.tcp_proxy import Fault, TcpProxy
+
+from .conftest import CHUNK, payload
+from .test_dask import dask_client, open_files, recording, seed  # noqa: F401 - fixtures
+from .test_resume import ranged
+
+CONFIG = asyncdl.TransferConfig(chunk_size=CHUNK, max_concurrency=4, backoff_base=0.01, resume=True)
+
+
+def test_a_killed_worker_leaves_partials_that_the_rerun_continues(
+    dask_client: Client,  # noqa: F811 - the fixture
+    recording: TcpProxy,  # noqa: F811 - the fixture
+    s3: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    bucket = "dask-resume"
+    objects = {f"r/{i:02d}": payload(24 * CHUNK + i, seed=i) for i in range(8)}
+    seed(s3, bucket, objects)
+    pids = dask_client.run(os.getpid)
+    victim = sorted(pids.values())[0]
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "out"
+    # Slow GETs, so that the kill lands mid-object.
+    recording.rule = lambda request: Fault(delay=0.05) if request.method == "GET" else None
+    kept: dict[str, int] = {}
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            running = pool.submit(
+                adask.download_manifest,
+                [(bucket, key) for key in objects],
+                "out",
+                client=dask_client,
+                partition_size=2,
+                config=CONFIG,
+            )
+            deadline = time.monotonic() + 60
+            while not (journals := _recorded_partials(victim)):
+                assert time.monotonic() < deadline, "the worker never recorded a part"
+                assert not running.done(), running.result()
+                time.sleep(0.005)
+            os.kill(victim, signal.SIGKILL)
+            recording.reset_stats()
+            # What the dead worker's journals hold: the rerun must not fetch it again.
+            for path in journals:
+                found, _ = partial_file.peek(Path(path))
+                if found is not None and found.header is not None:
+                    key = f"r/{found.header.target}"
+                    kept[key] = sum(end - start for start, end, _ in found.ranges)
+            summary = running.result(timeout=90)
+    finally:
+        recording.rule = None
+    dask_client.wait_for_workers(2, timeout=30)
+
+    assert (summary.downloaded, summary.failed) == (len(objects), 0), summary.failures
+    for key, body in objects.items():
+        assert (out / key).read_bytes() == body
+    assert sorted(p.name for p in out.rglob(".*")) == []
+    assert any(kept.values()), kept
+    for key, recorded in kept.items():
+        sent = [r for r in recording.requests if r.path.split("?")[0].endswith(key)]
+        # The rerun starts with the HEAD pinned to the partial's ETag (what the dead
+        # worker had in flight may still reach the proxy before it).
+        heads = [n for n, r in enumerate(sent) if r.method == "HEAD" and "if-match" in r.headers]
+        assert heads, key
+        assert ranged(sent[heads[0] :]) <= len(objects[key]) - recorded + CHUNK, key
+
+
+def _recorded_partials(pid: int) -> list[str]:
+    """The journals ``pid`` holds open that record at least one range."""
+    held = []
+    for name in open_files(pid):
+        if name.endswith(partial_file.JOURNAL_SUFFIX):
+            found, _ = partial_file.peek(Path(name))
+            if found is not None and found.ranges:
+                held.append(name)
+    return held
