@@ -22,6 +22,7 @@ if typing.TYPE_CHECKING:  # what type checkers and IDEs see: the names, imported
         ObjectNotFoundError,
         TargetBusyError,
     )
+    from .object_info import ObjectInfo
     from .results import DownloadResult
     from .strategies import GetFirst, HeadFirst, Strategy
     from .streaming import ObjectStream
@@ -40,6 +41,7 @@ __all__ = [
     "HeadFirst",
     "InvalidRequestError",
     "ObjectChangedError",
+    "ObjectInfo",
     "ObjectNotFoundError",
     "ObjectStream",
     "Strategy",
@@ -60,6 +62,7 @@ _MODULES = {
     "HeadFirst": "strategies",
     "InvalidRequestError": "errors",
     "ObjectChangedError": "errors",
+    "ObjectInfo": "object_info",
     "ObjectNotFoundError": "errors",
     "ObjectStream": "streaming",
     "Strategy": "strategies",

@@ -21,12 +21,13 @@ from .clients import create_default_client
 from .config import TransferConfig, is_int_at_least
 from .context import Context
 from .errors import DownloadError, InvalidRequestError
+from .object_info import ObjectInfo, head
 from .progress import ProgressCallback, with_total
 from .request_args import ExtraArgs
 from .results import DownloadResult
 from .signed_get import SignedGets
 from .strategies import Strategy
-from .streaming import ObjectInfo, ObjectStream, head
+from .streaming import ObjectStream
 
 
 class Engine:

@@ -26,7 +26,6 @@ import asyncio
 import contextlib
 from collections import deque
 from collections.abc import AsyncGenerator, Callable, Mapping
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -38,7 +37,6 @@ from .parts import fetch_into
 from .progress import ProgressCallback, Reporter
 from .ranges import ByteRange, ContentRange, plan_ranges
 from .request_args import ExtraArgs, check_bucket_and_key, check_extra_args
-from .retry import with_retries
 from .s3_source import RangeNotSatisfiable, Response, S3Object
 from .stream_verify import StreamVerifier
 
@@ -443,21 +441,3 @@ async def _slice(first: Response | None, *, start: int, end: int) -> AsyncGenera
                 break
     finally:
         first.close()
-
-
-@dataclass(frozen=True, slots=True)
-class ObjectInfo:
-    """What a HEAD request says of an object."""
-
-    size: int
-    etag: str | None
-    #: The answer's HTTP headers, lower-case names (Content-Type, Last-Modified...).
-    headers: Mapping[str, str]
-
-
-async def head(ctx: Context, bucket: str, key: str, extra_args: ExtraArgs | None) -> ObjectInfo:
-    """One HEAD of the object (retried as any request), through the engine's budget."""
-    check_bucket_and_key(bucket, key)
-    obj = ctx.s3_object(bucket, key, check_extra_args(extra_args, bucket=bucket, key=key))
-    meta = await with_retries(ctx.config, obj.head, bucket=bucket, key=key, what="the HEAD")
-    return ObjectInfo(meta.size, meta.etag, meta.headers)

@@ -1,16 +1,18 @@
-"""The ``asyncdl`` command: ``cp``, ``cp --recursive``, ``sync``, ``cat`` and ``demo``.
+"""The ``asyncdl`` command: ``cp``, ``cp --recursive``, ``sync``, ``cat``, ``clean`` and
+``demo``.
 
 Exit status: 0 when every object was downloaded, 1 when any failed (one
 ``error: s3://bucket/key: ...`` line each, then ``N of M objects failed``), 2 for a
 usage error (one line; nothing sent, nothing on disk), 130 on Ctrl-C, 143 on
-SIGTERM and 129 on SIGHUP (the running downloads are cancelled and their temp files
-removed first; a signal inherited as ignored, as under ``nohup``, stays ignored; see
-``interrupts``). Tracebacks only with ``--debug``. Needs the ``cli`` extra:
-``pip install 'asyncdl[cli]'``.
+SIGTERM and 129 on SIGHUP (the running downloads are cancelled first: temp files
+removed, partial files kept for the next run to resume; a signal inherited as
+ignored, as under ``nohup``, stays ignored; see ``interrupts``). Tracebacks only
+with ``--debug``. Needs the ``cli`` extra: ``pip install 'asyncdl[cli]'``.
 
 ``app`` holds the group and the options every command shares, ``commands`` the
 commands, ``work`` what they run, ``params`` what the arguments accept and
-``output`` what is printed; ``sync`` and ``sync_work`` are ``sync``'s command and run.
+``output`` what is printed; ``sync`` and ``sync_work`` are ``sync``'s command and run,
+``clean`` removes old partial files.
 """
 
 from __future__ import annotations

@@ -38,9 +38,10 @@ from ..errors import (
     ObjectChangedError,
     ObjectNotFoundError,
 )
+from ..object_info import ObjectInfo
 from ..request_args import ExtraArgs
 from ..s3_source import RangeNotSatisfiable
-from ..streaming import ObjectInfo, ObjectStream, check_parts
+from ..streaming import ObjectStream, check_parts
 from .http_ranges import (
     Answer,
     Asked,
