@@ -370,18 +370,20 @@ async def _relay_body(
             index = fault.corrupt_at - sent
             chunk = chunk[:index] + bytes([chunk[index] ^ 0xFF]) + chunk[index + 1 :]
         if fault.cut_after is not None and sent + len(chunk) >= fault.cut_after:
+            # Counted before it is written: a client that has read the bytes must find
+            # them counted (drain() may let it run first).
+            sent_to_client(fault.cut_after - sent)
             writer.write(chunk[: fault.cut_after - sent])
             await writer.drain()
-            sent_to_client(fault.cut_after - sent)
             if fault.stall:
                 await asyncio.sleep(fault.stall)
             # A graceful close delivers what was sent, then EOF: a short body.
             # (abort() would drop bytes still buffered, headers included.)
             writer.close()
             return False
+        sent_to_client(len(chunk))
         writer.write(chunk)
         await writer.drain()
-        sent_to_client(len(chunk))
         sent += len(chunk)
         if remaining > 0:
             remaining -= len(chunk)
