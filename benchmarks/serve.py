@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import hashlib
 import json
 import logging
@@ -65,6 +66,18 @@ def _child(args: argparse.Namespace) -> None:
                 slow.append((float(took.group(1)), what))
 
     logging.getLogger("asyncio").addHandler(Counter(logging.WARNING))
+    # A collection runs inside whichever callback allocates: a long one shows up as a
+    # slow callback of that place. Timed here, so the two can be told apart.
+    collections: list[float] = []
+    began = [0.0]
+
+    def timed_gc(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            began[0] = time.perf_counter()
+        elif (took := time.perf_counter() - began[0]) >= 0.02:
+            collections.append(took)
+
+    gc.callbacks.append(timed_gc)
     config = asyncdl.TransferConfig(max_concurrency=args.max_concurrency)
     app = FastAPI(lifespan=lifespan(config=config))
     chunk, prefetch = _chunking(args.chunking)
@@ -86,9 +99,17 @@ def _child(args: argparse.Namespace) -> None:
                 what: f"{len(times)} x, longest {max(times) * 1000:.0f} ms"
                 for what, times in by_place.items()
             },
+            "gc_pauses": f"{len(collections)} of 20 ms or more"
+            + (f", longest {max(collections) * 1000:.0f} ms" if collections else ""),
         }
         if reset:  # after the warm-up: what the first request sets up once is not load
             slow.clear()
+            collections.clear()
+            if args.gc_freeze:
+                # What start-up made (botocore's models, the app) lives as long as the
+                # process: out of every later collection's scan.
+                gc.collect()
+                gc.freeze()
         return said
 
     async def run() -> None:
@@ -129,6 +150,7 @@ class ServerProcess:
         argv = [sys.executable, __file__, "--child", "--port", str(self.port)]
         argv += ["--chunking", chunking, "--max-concurrency", str(args.max_concurrency)]
         argv += [] if args.debug else ["--no-debug"]
+        argv += ["--gc-freeze"] if args.gc_freeze else []
         env = {**os.environ, "AWS_ENDPOINT_URL_S3": endpoint}
         self.process = subprocess.Popen(argv, env=env)
 
@@ -218,6 +240,7 @@ async def load(
         "correct": sum(ok for ok, _ in results),
         "slow_callbacks": stats["slow_callbacks"],
         "slow_examples": stats["examples"],
+        "gc_pauses": stats["gc_pauses"],
         "client_seconds_median": round(statistics.median(s for _, s in results), 2),
         "wall_seconds": round(wall, 2),
     }
@@ -315,7 +338,10 @@ def table(report: dict[str, Any], args: argparse.Namespace) -> str:
         )
     lines.append("")
     for row in report["load"]:
-        lines.append(f"slow callbacks with {row['chunking']}: {row['slow_examples'] or 'none'}")
+        lines.append(
+            f"slow callbacks with {row['chunking']}: {row['slow_examples'] or 'none'}; "
+            f"garbage collections: {row['gc_pauses']}"
+        )
     t = report["ttfb"]
     lines += [
         "",
@@ -343,6 +369,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=7, help="TTFB runs; median (7)")
     parser.add_argument("--no-debug", dest="debug", action="store_false", help="no slow check")
     parser.add_argument("--scratch", help="directory for s3rver's data")
+    parser.add_argument(
+        "--gc-freeze", action="store_true", help="gc.freeze() in the server after its warm-up"
+    )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     # Internal: the server process.
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
