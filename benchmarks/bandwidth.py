@@ -1,18 +1,23 @@
 """Bandwidth-cap benchmark (issue 16): capped downloads' wall time and the client's CPU.
 
 Objects of random bytes on a server the benchmark starts (fast-moto by default),
-behind the test proxy (no cap of its own: it counts the requests in flight at once
-and the body bytes it relays). Each scenario runs in a fresh worker process, one
+behind the test proxy (no cap of its own: it counts the GETs, the answers open at
+once, that is not yet wholly relayed, and the body bytes it relays; on loopback the
+socket buffers take the last MiBs of a capped part early, so fewer answers are open
+than parts are in flight). Each scenario runs in a fresh worker process, one
 asyncdl ``Engine`` with ``chunk_size=--chunk`` (4 MiB: a 64 MiB object is 16 parts,
 so that the default concurrency of 10 has 10 parts in flight), and reports its wall
 time and its own CPU (user + system, all threads) from the first request to the last
-byte on disk; every file is checked against the object's MD5. Scenarios, in turn in
+byte on disk, and the most reads that waited for the cap at once (each a part in
+flight); every file is checked against the object's MD5. Scenarios, in turn in
 each run:
 
 - ``uncapped``: one ``--size`` object, no cap (what the cap slows down);
 - ``capped``: the same with ``max_bandwidth=--rate``: expected ``size / rate``;
 - ``two at once``: two objects of half the size on one engine, started together,
-  capped: both end at about ``size / rate``, each having had half the rate;
+  capped: together they take ``size / rate``; each has the share of the rate that
+  its parts have of the reads, that is of the budget's slots (``two at once, 20
+  slots``: ``max_concurrency=20``, room for all 16 parts of both at once);
 - ``asyncdl cp``: the command, ``--max-bandwidth --rate --chunk-size --chunk``, as a
   process: its wall and CPU (from its rusage) include the interpreter's start-up,
   which ``asyncdl cp, uncapped`` (no ``--max-bandwidth``) shows.
@@ -43,7 +48,15 @@ from batch import asyncdl_source, parse_size
 from peers import MiB, executable, key_name
 from servers import SERVERS, Seeding, seed, serve
 
-SCENARIOS = ("uncapped", "capped", "two at once", "asyncdl cp, uncapped", "asyncdl cp")
+#: Each scenario's objects (of ``--size`` / objects bytes), and whether it is capped.
+SCENARIOS = {
+    "uncapped": (1, False),
+    "capped": (1, True),
+    "two at once": (2, True),
+    "two at once, 20 slots": (2, True),
+    "asyncdl cp, uncapped": (1, False),
+    "asyncdl cp": (1, True),
+}
 
 
 def cpu_seconds(who: int = resource.RUSAGE_SELF) -> float:
@@ -60,9 +73,14 @@ async def download(args: argparse.Namespace) -> dict[str, Any]:
     """The worker's part: one scenario's downloads on one engine, timed in-process."""
     import asyncdl  # noqa: PLC0415 - the worker only
 
-    rate = None if args.worker == "uncapped" else args.rate
-    config = asyncdl.TransferConfig(chunk_size=args.chunk, max_bandwidth=rate)
-    keys = [key_name(i) for i in range(2 if args.worker == "two at once" else 1)]
+    objects, capped = SCENARIOS[args.worker]
+    config = asyncdl.TransferConfig(
+        chunk_size=args.chunk,
+        max_bandwidth=args.rate if capped else None,
+        max_concurrency=20 if args.worker.endswith("20 slots") else 10,
+    )
+    waiting = count_waiting()
+    keys = [key_name(i) for i in range(objects)]
     files = [Path(args.dest, f"file{i}") for i in range(len(keys))]
     walls: list[float] = []
     async with asyncdl.Engine(config=config) as engine:
@@ -76,7 +94,32 @@ async def download(args: argparse.Namespace) -> dict[str, Any]:
             for key, file in zip(keys, files, strict=True):
                 tasks.create_task(one(key, file))
         wall, cpu = time.perf_counter() - started, cpu_seconds() - cpu
-    return {"wall": wall, "cpu": cpu, "each": sorted(walls), "md5": [md5(f) for f in files]}
+    return {
+        "wall": wall,
+        "cpu": cpu,
+        "each": sorted(walls),
+        "md5": [md5(f) for f in files],
+        "waiting": waiting["most"],
+    }
+
+
+def count_waiting() -> dict[str, int]:
+    """Count the reads waiting for the cap at once (the most, and now)."""
+    from asyncdl.bandwidth import TokenBucket  # noqa: PLC0415 - the worker only
+
+    counts = {"now": 0, "most": 0}
+    take = TokenBucket.take
+
+    async def counted(bucket: TokenBucket, size: int) -> None:
+        counts["now"] += 1
+        counts["most"] = max(counts["most"], counts["now"])
+        try:
+            await take(bucket, size)
+        finally:
+            counts["now"] -= 1
+
+    TokenBucket.take = counted  # type: ignore[method-assign,assignment]
+    return counts
 
 
 def run_cp(
@@ -89,7 +132,7 @@ def run_cp(
     subprocess.run(argv, env=env, check=True, stdout=subprocess.DEVNULL)
     wall = time.perf_counter() - started
     cpu = cpu_seconds(resource.RUSAGE_CHILDREN) - cpu
-    return {"wall": wall, "cpu": cpu, "each": [wall], "md5": [md5(dest)]}
+    return {"wall": wall, "cpu": cpu, "each": [wall], "md5": [md5(dest)], "waiting": None}
 
 
 def one_run(args: argparse.Namespace, scenario: str, proxy: Any) -> dict[str, Any]:
@@ -100,14 +143,14 @@ def one_run(args: argparse.Namespace, scenario: str, proxy: Any) -> dict[str, An
         if scenario.startswith("asyncdl cp"):
             done = run_cp(args, env, Path(directory) / "file", capped=scenario == "asyncdl cp")
         else:
-            bucket = args.buckets[1 if scenario == "two at once" else 0]
+            bucket = args.buckets[SCENARIOS[scenario][0] - 1]
             command = [sys.executable, __file__, "--worker", scenario, "--bucket", bucket]
             command += ["--dest", directory, "--rate", str(args.rate), "--chunk", str(args.chunk)]
             answer = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
             if answer.returncode != 0:
                 raise SystemExit(f"the {scenario} worker failed:\n{answer.stderr}")
             done = json.loads(answer.stdout)
-    digests = args.digests[1 if scenario == "two at once" else 0]
+    digests = args.digests[SCENARIOS[scenario][0] - 1]
     done["md5_ok"] = done["md5"] == digests[: len(done["md5"])]
     done["max_in_flight"] = proxy.max_in_flight
     done["gets"] = sum(r.method == "GET" for r in proxy.requests)
@@ -122,16 +165,18 @@ def report(rows: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -> N
         f"chunk {args.chunk / MiB:g} MiB; medians of {args.runs} runs"
     )
     head = ("scenario", "wall s", "÷ expected", "each s", "client CPU s", "CPU ÷ wall")
-    more = ("in flight", "GETs", "MiB sent", "MD5 ok")
+    more = ("reads waiting", "answers open", "GETs", "MiB sent", "MD5 ok")
     print(row(head + more))
     print(row(("---",) * len(head + more)))
     for name, runs in rows.items():
         wall = statistics.median(r["wall"] for r in runs)
         cpu = statistics.median(r["cpu"] for r in runs)
         each = [statistics.median(walls) for walls in zip(*(r["each"] for r in runs), strict=True)]
-        ratio = "-" if name.endswith("uncapped") else f"{wall / expected:.3f}"
+        ratio = f"{wall / expected:.3f}" if SCENARIOS[name][1] else "-"
         cells = [name, f"{wall:.2f}", ratio]
         cells += [" / ".join(f"{w:.2f}" for w in each), f"{cpu:.2f}", f"{cpu / wall:.1%}"]
+        waiting = [r["waiting"] for r in runs if r["waiting"] is not None]
+        cells += [str(max(waiting)) if waiting else "-"]
         cells += [str(max(r["max_in_flight"] for r in runs))]
         cells += [f"{statistics.median(r['gets'] for r in runs):.0f}"]
         cells += [f"{statistics.median(r['mib_sent'] for r in runs):.1f}"]
