@@ -127,8 +127,8 @@ class BodyReader:
         return data
 
     async def _take(self, size: int) -> None:
-        """Wait for the bandwidth cap to let ``size`` bytes on: no read is waiting
-        meanwhile, so the watch is paused (the server is not stalled, we are)."""
+        """Sleep until the bandwidth cap lets ``size`` bytes on, the watch paused: the
+        reader is the one waiting, not the server."""
         assert self._bandwidth is not None
         self.pause()
         try:

@@ -1,5 +1,5 @@
 """What every download of one engine shares: the client, the config, the request budget,
-the lean GET sender, and what the engine has learnt of its server.
+the lean GET sender, the bandwidth cap, and what the engine has learnt of its server.
 
 The engine creates one when it opens; one object's transfer, the part fetchers, bulk
 downloads and streams take it instead of the engine, so nothing below the engine
