@@ -10,7 +10,8 @@ that is pushed forward only when it fires: a read stamps the time, the timer
 compares. When it finds no byte for ``read_timeout``, it fails the aiohttp stream
 with a ``RetryableError`` (the read in progress raises it), rather than cancelling
 the task, which could land in a write the caller has in flight. While the caller
-writes, the watch is paused: a slow disk is not a stalled server.
+writes, or a read waits for the engine's bandwidth cap, the watch is paused: a slow
+disk or a cap is not a stalled server.
 
 Any other body (another HTTP backend, or a body that checks what it reads) is read
 with ``read(size)`` under ``asyncio.timeout``, as before.
@@ -25,6 +26,7 @@ from typing import Any
 import aiohttp
 from aiobotocore.response import AioStreamingBody
 
+from .bandwidth import TokenBucket
 from .errors import RetryableError
 
 
@@ -76,8 +78,12 @@ def _read_at_most(response: aiohttp.ClientResponse, size: int) -> None:
 class BodyReader:
     """The pieces of one response body; use as a context manager (it owns a timer)."""
 
-    def __init__(self, body: Any, read_timeout: float, size: int) -> None:
+    def __init__(
+        self, body: Any, read_timeout: float, size: int, bandwidth: TokenBucket | None = None
+    ) -> None:
         self._body = body
+        #: The engine's bandwidth cap, taken after each read (see ``asyncdl.bandwidth``).
+        self._bandwidth = bandwidth
         self._timeout = read_timeout
         #: Bytes aiohttp may hold ahead of the reader; the bytes asked of a body that
         #: is not aiohttp's (it has no pieces of its own).
@@ -108,13 +114,27 @@ class BodyReader:
         """The next piece; ``b""`` at the end of the body."""
         stream = self._stream
         if stream is None:
-            return await self._read_other()
-        while True:
-            data, end_of_http_chunk = await stream.readchunk()
-            self._last = self._loop.time()
-            # (b"", True) marks the end of a chunk of a chunked body, (b"", False) the end.
-            if data or not end_of_http_chunk:
-                return data
+            data = await self._read_other()
+        else:
+            while True:
+                data, end_of_http_chunk = await stream.readchunk()
+                self._last = self._loop.time()
+                # (b"", True) marks the end of a chunk of a chunked body, (b"", False) the end.
+                if data or not end_of_http_chunk:
+                    break
+        if self._bandwidth is not None and data:
+            await self._take(len(data))
+        return data
+
+    async def _take(self, size: int) -> None:
+        """Sleep until the bandwidth cap lets ``size`` bytes on, the watch paused: the
+        reader is the one waiting, not the server."""
+        assert self._bandwidth is not None
+        self.pause()
+        try:
+            await self._bandwidth.take(size)
+        finally:
+            self.resume()
 
     async def _read_other(self) -> bytes:
         try:

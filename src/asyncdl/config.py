@@ -60,6 +60,9 @@ class TransferConfig:
     #: Parts a ``stream()`` fetches ahead of its reader; memory is about this many
     #: ``chunk_size`` buffers per stream.
     stream_prefetch: int = 4
+    #: Bytes per second that every download and stream of the engine reads at most,
+    #: all together (``None``: no cap). See ``asyncdl.bandwidth``.
+    max_bandwidth: int | None = None
 
     def __post_init__(self) -> None:
         _check_int("chunk_size", self.chunk_size, MIN_CHUNK_SIZE, MAX_CHUNK_SIZE)
@@ -67,6 +70,11 @@ class TransferConfig:
         _check_int("max_attempts", self.max_attempts, 1, 100)
         _check_int("write_size", self.write_size, 4 * KiB, 64 * MiB)
         _check_int("stream_prefetch", self.stream_prefetch, 1, 1000)
+        if self.max_bandwidth is not None and not is_int_at_least(self.max_bandwidth, 1):
+            raise ValueError(
+                "max_bandwidth must be an int of bytes per second > 0, or None for no cap, "
+                f"got {self.max_bandwidth!r}"
+            )
         _check_seconds("read_timeout", self.read_timeout)
         _check_seconds("connect_timeout", self.connect_timeout)
         _check_seconds("backoff_max", self.backoff_max)

@@ -1,5 +1,5 @@
 """What every download of one engine shares: the client, the config, the request budget,
-the lean GET sender, and what the engine has learnt of its server.
+the lean GET sender, the bandwidth cap, and what the engine has learnt of its server.
 
 The engine creates one when it opens; one object's transfer, the part fetchers, bulk
 downloads and streams take it instead of the engine, so nothing below the engine
@@ -9,9 +9,10 @@ reaches back up to it.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from .bandwidth import TokenBucket
 from .config import TransferConfig
 from .request_args import ExtraArgs
 from .s3_source import S3Object
@@ -32,6 +33,12 @@ class Context:
     #: Whether the server answers PartNumber GETs part by part (``None``: not asked
     #: yet). One engine talks to one endpoint, so asking once is enough.
     part_gets: bool | None = None
+    #: The bandwidth cap every body read of the engine draws from (``None``: no cap).
+    bandwidth: TokenBucket | None = field(init=False)
+
+    def __post_init__(self) -> None:
+        rate = self.config.max_bandwidth
+        self.bandwidth = None if rate is None else TokenBucket(rate)
 
     def s3_object(self, bucket: str, key: str, extra_args: ExtraArgs) -> S3Object:
         """The requests of one object through this client and budget."""

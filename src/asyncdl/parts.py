@@ -347,7 +347,7 @@ async def _drain(fetch: Fetch, response: Response, part: Part) -> None:
     if limit > part.end:
         raise obj.error(f"server sent bytes up to {limit}, past the expected end {part.end}")
     target = write_target(config)
-    with BodyReader(response.body, config.read_timeout, target) as reader:
+    with BodyReader(response.body, config.read_timeout, target, fetch.ctx.bandwidth) as reader:
         writes = _Writes(fetch, part, reader)
         skip = part.pos - body_start
         while skip > 0:

@@ -29,6 +29,7 @@ from collections.abc import AsyncGenerator, Callable, Mapping
 from functools import partial
 from typing import Any
 
+from .bandwidth import TokenBucket
 from .checksums import ExpectedChecksum
 from .config import MAX_CHUNK_SIZE, MIN_CHUNK_SIZE, is_int_at_least
 from .context import Context
@@ -280,7 +281,7 @@ class ObjectStream:
             if self.length == 0:
                 self._release_first()  # no need to read the whole body for nothing
                 return _nothing
-            return partial(_slice, start=start, end=stop)
+            return partial(_slice, start=start, end=stop, bandwidth=ctx.bandwidth)
         content_range = first.content_range
         if content_range is None or content_range.start != start:
             raise obj.error(f"asked for bytes from {start}, got Content-Range {content_range}")
@@ -301,7 +302,8 @@ class ObjectStream:
                     f"asked for bytes [{start}, {first_end}), got Content-Range {content_range}"
                 )
             self._answered(stop=stop, held=True)
-            return partial(_slice, start=0, end=stop - start)  # the body starts at ``start``
+            # The body starts at ``start``.
+            return partial(_slice, start=0, end=stop - start, bandwidth=ctx.bandwidth)
         self._answered(stop=stop, held=stop <= content_range.end)
         if first.etag is None and stop > content_range.end:
             # No ETag pins later parts to this version: the range comes in one GET (a
@@ -426,15 +428,19 @@ def _launch(
     return sink, asyncio.create_task(run())
 
 
-async def _slice(first: Response | None, *, start: int, end: int) -> AsyncGenerator[bytes]:
+async def _slice(
+    first: Response | None, *, start: int, end: int, bandwidth: TokenBucket | None
+) -> AsyncGenerator[bytes]:
     """Bytes ``[start, end)`` of a body, counted from its first byte (the object's
-    first, when the server ignored Range)."""
+    first, when the server ignored Range), read within the engine's ``bandwidth``."""
     assert first is not None
     position = 0
     try:
         while piece := await first.body.read(1024 * 1024):
             low, high = max(start - position, 0), min(len(piece), end - position)
             position += len(piece)
+            if bandwidth is not None:
+                await bandwidth.take(len(piece))
             if low < high:
                 yield piece[low:high]
             if position >= end:

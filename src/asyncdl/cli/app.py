@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 import click
 
 from ..config import MAX_CHUNK_SIZE, MIN_CHUNK_SIZE, TransferConfig
-from .params import converter, parse_endpoint_url, parse_size
+from .params import converter, parse_endpoint_url, parse_rate, parse_size
 
 #: Exit status after Ctrl-C, as shells report a process ended by SIGINT.
 INTERRUPTED = 130
@@ -130,6 +130,13 @@ def transfer_options(command: _Command) -> _Command:
             help="Bytes per ranged GET: a number, or with a unit (64KiB, 8MiB, 1GB).",
         ),
         click.option(
+            "--max-bandwidth",
+            metavar="SIZE",
+            default=None,
+            callback=converter(parse_rate),
+            help="Bytes per second at most, all objects together (8MiB: 8 MiB/s); default: no cap.",
+        ),
+        click.option(
             "--endpoint-url",
             metavar="URL",
             default=None,
@@ -155,6 +162,7 @@ def make_settings(
     *,
     concurrency: int,
     chunk_size: int,
+    max_bandwidth: int | None,
     validate: str,
     endpoint_url: str | None,
     quiet: bool,
@@ -163,7 +171,11 @@ def make_settings(
 ) -> Settings:
     try:
         config = TransferConfig(
-            chunk_size=chunk_size, max_concurrency=concurrency, validate=validate, resume=resume
+            chunk_size=chunk_size,
+            max_concurrency=concurrency,
+            max_bandwidth=max_bandwidth,
+            validate=validate,
+            resume=resume,
         )
     except ValueError as exc:  # the options' own checks should have caught it
         raise click.UsageError(str(exc)) from None

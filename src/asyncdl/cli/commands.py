@@ -79,6 +79,7 @@ def cp(
     json_lines: bool,
     concurrency: int,
     chunk_size: int,
+    max_bandwidth: int | None,
     endpoint_url: str | None,
     quiet: bool,
     debug: bool,
@@ -101,6 +102,7 @@ def cp(
     settings = make_settings(
         concurrency=concurrency,
         chunk_size=chunk_size,
+        max_bandwidth=max_bandwidth,
         validate=validate,
         endpoint_url=endpoint_url,
         quiet=quiet,
@@ -157,6 +159,7 @@ def cat(
     validate: str,
     concurrency: int,
     chunk_size: int,
+    max_bandwidth: int | None,
     endpoint_url: str | None,
     quiet: bool,
     debug: bool,
@@ -170,6 +173,7 @@ def cat(
     settings = make_settings(
         concurrency=concurrency,
         chunk_size=chunk_size,
+        max_bandwidth=max_bandwidth,
         validate=validate,
         endpoint_url=endpoint_url,
         quiet=quiet,

@@ -87,6 +87,14 @@ def parse_size(text: str) -> int:
     return int(match.group(1)) * _UNITS[unit]
 
 
+def parse_rate(text: str) -> int:
+    """Bytes per second: a size (``"8MiB"``), optionally with ``/s`` (``"8MiB/s"``)."""
+    size = parse_size(text.strip().removesuffix("/s"))
+    if size <= 0:
+        raise ValueError(f"{text!r} must be more than 0 bytes per second (leave it out: no cap)")
+    return size
+
+
 def parse_endpoint_url(text: str) -> str:
     parts = urlsplit(text)
     if parts.scheme not in ("http", "https") or not parts.hostname:

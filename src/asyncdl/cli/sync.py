@@ -84,6 +84,7 @@ def sync(
     json_lines: bool,
     concurrency: int,
     chunk_size: int,
+    max_bandwidth: int | None,
     endpoint_url: str | None,
     quiet: bool,
     debug: bool,
@@ -104,6 +105,7 @@ def sync(
     settings = make_settings(
         concurrency=concurrency,
         chunk_size=chunk_size,
+        max_bandwidth=max_bandwidth,
         validate=validate,
         endpoint_url=endpoint_url,
         quiet=quiet,
