@@ -7,9 +7,12 @@ import itertools
 from pathlib import Path
 from typing import Any
 
+import pytest
 from botocore.exceptions import ClientError
+from click.testing import CliRunner
 
 import asyncdl
+from asyncdl.cli import cli
 from asyncdl.stats import (
     CANCELLED,
     CLIENT_ERROR,
@@ -144,3 +147,19 @@ def test_failures_are_classified_by_what_the_server_said() -> None:
     assert outcome(client_error(404, "NoSuchKey")) == CLIENT_ERROR
     assert outcome(ConnectionResetError()) == NETWORK_ERROR
     assert outcome(asyncio.CancelledError()) == CANCELLED
+
+
+def test_debug_prints_the_stats_at_the_end(
+    s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    put_in_backend(bucket, {"k": payload(1000)})
+    argv = ["cp", "--endpoint-url", proxy.url, "--debug", f"s3://{bucket}/k", str(tmp_path)]
+    result = CliRunner().invoke(cli, argv)
+    assert result.exit_code == 0, result.stderr
+    stats = [line for line in result.stderr.splitlines() if line.startswith("stats: ")]
+    assert stats[0] == f"stats: requests: {len(proxy.requests)}"
+    assert "stats: objects: 1 done, 0 failed" in stats
+    assert "stats: bytes received: 1000" in stats
+    assert "stats:" not in CliRunner().invoke(cli, argv[:3] + argv[4:]).stderr

@@ -18,6 +18,7 @@ import click
 
 if TYPE_CHECKING:
     from ..results import DownloadResult
+    from ..stats import EngineStats
     from .bar import Bar
 
 
@@ -138,6 +139,11 @@ class Output:
         if self.debug:
             self._bar.out("".join(traceback.format_exception(error)).rstrip())
         self._bar.out(f"error: {error}")
+
+    def stats(self, stats: EngineStats) -> None:
+        """``--debug``: what the engine did (stderr, after the results)."""
+        for line in stats.lines():
+            self.print_line(f"stats: {line}", sys.stderr)
 
     def note(self, text: str) -> None:
         """A remark for the person at the terminal (stderr; silenced by ``--quiet``)."""
