@@ -160,6 +160,7 @@ def test_debug_prints_the_stats_at_the_end(
     assert result.exit_code == 0, result.stderr
     stats = [line for line in result.stderr.splitlines() if line.startswith("stats: ")]
     assert stats[0] == f"stats: requests: {len(proxy.requests)}"
+    assert result.stderr.splitlines()[-len(stats) :] == stats  # the last lines
     assert "stats: objects: 1 done, 0 failed" in stats
     assert "stats: bytes received: 1000" in stats
     assert "stats:" not in CliRunner().invoke(cli, argv[:3] + argv[4:]).stderr

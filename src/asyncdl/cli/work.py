@@ -28,7 +28,7 @@ from .params import S3Url
 
 @asynccontextmanager
 async def _open_engine(settings: Settings, output: Output | None = None) -> AsyncIterator[Engine]:
-    """The command's engine; with ``--debug``, its stats go to ``output`` at the end
+    """The command's engine; with ``--debug``, its stats go to ``output`` as it closes
     (whatever the end: the numbers of a failed run are the interesting ones)."""
     async with AsyncExitStack() as stack:
         client = await create_default_client(
