@@ -164,3 +164,15 @@ def test_debug_prints_the_stats_at_the_end(
     assert "stats: objects: 1 done, 0 failed" in stats
     assert "stats: bytes received: 1000" in stats
     assert "stats:" not in CliRunner().invoke(cli, argv[:3] + argv[4:]).stderr
+
+
+async def test_the_stats_outlive_the_engine(client: Any, bucket: str, tmp_path: Path) -> None:
+    put_in_backend(bucket, {"k": payload(1000)})
+    engine = asyncdl.Engine(client)
+    with pytest.raises(RuntimeError, match="not open"):
+        engine.stats()
+    async with engine:
+        await engine.download(bucket, "k", tmp_path / "k")
+        inside = engine.stats()
+    assert engine.stats() == inside
+    assert (inside.objects_done, inside.gets.ok) == (1, 1)

@@ -48,6 +48,7 @@ class Engine:
         self._stack = AsyncExitStack()
         #: What every download shares (client, budget, ...), while the engine is open.
         self._ctx: Context | None = None
+        self._final_stats: EngineStats | None = None
 
     async def __aenter__(self) -> Self:
         await self.open()
@@ -76,6 +77,8 @@ class Engine:
 
     async def aclose(self) -> None:
         """Close the client the engine created (a borrowed one stays open)."""
+        if self._ctx is not None:
+            self._final_stats = self.stats()
         self._ctx = None
         await self._stack.aclose()
         if self._owns_client:
@@ -89,7 +92,10 @@ class Engine:
     def stats(self) -> EngineStats:
         """What the engine has done since it opened: requests by kind and outcome,
         bytes received, retries, throttles, the concurrency limit now, objects done
-        and failed (a snapshot; counting is always on)."""
+        and failed (a snapshot; counting is always on). Once closed, what it had done
+        when it closed."""
+        if self._ctx is None and self._final_stats is not None:
+            return self._final_stats
         ctx = self._context
         budget = ctx.budget
         return ctx.counters.snapshot(
