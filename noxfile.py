@@ -37,8 +37,9 @@ def bench(session: nox.Session) -> None:
     """The batch benchmark against the peers; `-- startup ...` the start-up one, `--
     instructions ...` instructions per object under callgrind, `-- serve ...` FastAPI's
     object_response under load, `-- resume ...` a killed copy run again, `-- sync ...`
-    asyncdl sync beside s5cmd and aws s3 sync, `-- bandwidth ...` capped downloads. Not
-    run by default (see benchmarks/README.md); --server s3rver also needs node and npm."""
+    asyncdl sync beside s5cmd and aws s3 sync, `-- bandwidth ...` capped downloads,
+    `-- throttle ...` adaptive concurrency against 503 SlowDown. Not run by default
+    (see benchmarks/README.md); --server s3rver also needs node and npm."""
     # crc32c: the CRC32C checksums moto computes itself (a multipart upload's, an upload
     # part's) are silently CRC32s without it, values S3 would never send.
     session.install("-e", ".[bench]", "crc32c>=2.4")
@@ -46,7 +47,15 @@ def bench(session: nox.Session) -> None:
     script = "benchmarks/batch.py"
     if args[:1] == ["serve"]:
         session.install("-e", ".[fastapi]", "uvicorn")
-    if args[:1] in (["startup"], ["instructions"], ["serve"], ["resume"], ["sync"], ["bandwidth"]):
+    if args[:1] in (
+        ["startup"],
+        ["instructions"],
+        ["serve"],
+        ["resume"],
+        ["sync"],
+        ["bandwidth"],
+        ["throttle"],
+    ):
         script, args = f"benchmarks/{args[0]}.py", args[1:]
     session.run("python", script, *args)
 

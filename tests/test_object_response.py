@@ -78,10 +78,10 @@ async def released(engine: asyncdl.Engine, within: float = 2.0) -> None:
         return [t for t in asyncio.all_tasks() if "_launch" in repr(t.get_coro())]
 
     for _ in range(int(within * 100)):
-        if budget._value == engine.config.max_concurrency and not fetching():
+        if budget.in_flight == 0 and not fetching():
             break
         await asyncio.sleep(0.01)
-    assert budget._value == engine.config.max_concurrency
+    assert budget.in_flight == 0
     assert fetching() == []
 
 

@@ -24,6 +24,7 @@ if typing.TYPE_CHECKING:  # what type checkers and IDEs see: the names, imported
     )
     from .object_info import ObjectInfo
     from .results import DownloadResult
+    from .stats import EngineStats, RequestCounts
     from .strategies import GetFirst, HeadFirst, Strategy
     from .streaming import ObjectStream
 
@@ -37,6 +38,7 @@ __all__ = [
     "DownloadRequest",
     "DownloadResult",
     "Engine",
+    "EngineStats",
     "GetFirst",
     "HeadFirst",
     "InvalidRequestError",
@@ -44,6 +46,7 @@ __all__ = [
     "ObjectInfo",
     "ObjectNotFoundError",
     "ObjectStream",
+    "RequestCounts",
     "Strategy",
     "TargetBusyError",
     "TransferConfig",
@@ -58,6 +61,7 @@ _MODULES = {
     "DownloadRequest": "bulk",
     "DownloadResult": "results",
     "Engine": "engine",
+    "EngineStats": "stats",
     "GetFirst": "strategies",
     "HeadFirst": "strategies",
     "InvalidRequestError": "errors",
@@ -65,6 +69,7 @@ _MODULES = {
     "ObjectInfo": "object_info",
     "ObjectNotFoundError": "errors",
     "ObjectStream": "streaming",
+    "RequestCounts": "stats",
     "Strategy": "strategies",
     "TargetBusyError": "errors",
     "TransferConfig": "config",

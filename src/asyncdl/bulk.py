@@ -29,6 +29,7 @@ from .listing import list_pages
 from .progress import ProgressCallback
 from .request_args import ExtraArgs, redacted
 from .results import DownloadResult
+from .stats import Counters
 from .strategies import Strategy
 
 
@@ -349,12 +350,15 @@ async def list_prefix(
     prefix: str,
     filters: Filters | None,
     extra_args: ExtraArgs | None,
+    counters: Counters | None = None,
 ) -> AsyncGenerator[Listed]:
     """The objects in the folder ``prefix`` (ending in ``/``, or empty) that ``filters``
     include, folder markers left out, each with its place; nothing is written. A
     listing that fails raises its ``DownloadError``."""
     params = {name: extra_args[name] for name in _LIST_ARGS if extra_args and name in extra_args}
-    pages = list_pages(client, config, bucket=bucket, prefix=prefix, params=params)
+    pages = list_pages(
+        client, config, bucket=bucket, prefix=prefix, params=params, counters=counters
+    )
     with _translated(bucket, prefix):
         async for page in pages:
             for entry in page.get("Contents", ()):
@@ -399,6 +403,7 @@ async def _list_requests(
         prefix=prefix,
         filters=filters,
         extra_args=extra_args,
+        counters=ctx.counters,
     )
     # A directory that cannot be made (the root, say) fails the listing, as a page would.
     with _translated(bucket, prefix):

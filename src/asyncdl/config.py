@@ -28,6 +28,11 @@ class TransferConfig:
     #: The engine's budget of in-flight S3 requests, shared by every download it runs.
     #: The connection pool of a client the engine creates is sized to match.
     max_concurrency: int = 10
+    #: Lower the number of requests in flight when S3 throttles (503 SlowDown), for
+    #: every download of the engine, and raise it again slowly as requests succeed,
+    #: never above ``max_concurrency`` (see ``asyncdl.adaptive``). False: always
+    #: ``max_concurrency``.
+    adaptive: bool = True
     #: Attempts per request (first try included) before a part gives up.
     max_attempts: int = 5
     #: Seconds a read may wait for bytes before the connection is dropped and retried.
@@ -84,7 +89,7 @@ class TransferConfig:
             raise ValueError(
                 f"validate must be 'when_available', 'required' or 'off', got {self.validate!r}"
             )
-        for name in ("fsync", "lean_get", "resume"):
+        for name in ("adaptive", "fsync", "lean_get", "resume"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
 

@@ -1,5 +1,6 @@
 """What every download of one engine shares: the client, the config, the request budget,
-the lean GET sender, the bandwidth cap, and what the engine has learnt of its server.
+the lean GET sender, the bandwidth cap, the stats, and what the engine has learnt of
+its server.
 
 The engine creates one when it opens; one object's transfer, the part fetchers, bulk
 downloads and streams take it instead of the engine, so nothing below the engine
@@ -8,15 +9,16 @@ reaches back up to it.
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
+from .adaptive import Budget
 from .bandwidth import TokenBucket
 from .config import TransferConfig
 from .request_args import ExtraArgs
 from .s3_source import S3Object
 from .signed_get import SignedGets
+from .stats import Counters
 
 
 @dataclass(slots=True, eq=False)
@@ -27,7 +29,8 @@ class Context:
     client: Any
     config: TransferConfig
     #: The budget of requests in flight, shared by every download of the engine.
-    budget: asyncio.Semaphore
+    #: Its limit moves with S3's throttling when ``config.adaptive``.
+    budget: Budget
     #: The lean GET path, or ``None`` (``lean_get=False``, or a client it cannot serve).
     signed: SignedGets | None
     #: Whether the server answers PartNumber GETs part by part (``None``: not asked
@@ -35,6 +38,8 @@ class Context:
     part_gets: bool | None = None
     #: The bandwidth cap every body read of the engine draws from (``None``: no cap).
     bandwidth: TokenBucket | None = field(init=False)
+    #: What the engine has done so far (``engine.stats()``).
+    counters: Counters = field(default_factory=Counters)
 
     def __post_init__(self) -> None:
         rate = self.config.max_bandwidth
@@ -48,6 +53,7 @@ class Context:
             bucket,
             key,
             extra_args,
+            counts=self.counters,
             signed=self.signed,
             checksum_mode=self.config.validate != "off",
         )

@@ -7,7 +7,6 @@ Those take the engine's :class:`~asyncdl.context.Context`, never the engine.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 from collections.abc import AsyncGenerator, AsyncIterable, Iterable
@@ -16,6 +15,7 @@ from types import TracebackType
 from typing import Any, Self
 
 from . import bulk, transfer
+from .adaptive import Budget
 from .bulk import DownloadItem
 from .clients import create_default_client
 from .config import TransferConfig, is_int_at_least
@@ -26,6 +26,7 @@ from .progress import ProgressCallback, with_total
 from .request_args import ExtraArgs
 from .results import DownloadResult
 from .signed_get import SignedGets
+from .stats import EngineStats
 from .strategies import Strategy
 from .streaming import ObjectStream
 
@@ -47,6 +48,7 @@ class Engine:
         self._stack = AsyncExitStack()
         #: What every download shares (client, budget, ...), while the engine is open.
         self._ctx: Context | None = None
+        self._final_stats: EngineStats | None = None
 
     async def __aenter__(self) -> Self:
         await self.open()
@@ -70,11 +72,13 @@ class Engine:
         if self.config.lean_get:
             verifies = self.config.validate != "off"
             signed = SignedGets.for_client(self._client, verifies=verifies)
-        budget = asyncio.Semaphore(self.config.max_concurrency)
+        budget = Budget(self.config.max_concurrency, adaptive=self.config.adaptive)
         self._ctx = Context(self._client, self.config, budget, signed)
 
     async def aclose(self) -> None:
         """Close the client the engine created (a borrowed one stays open)."""
+        if self._ctx is not None:
+            self._final_stats = self.stats()
         self._ctx = None
         await self._stack.aclose()
         if self._owns_client:
@@ -84,6 +88,19 @@ class Engine:
     def client(self) -> Any:
         """The aiobotocore S3 client in use."""
         return self._context.client
+
+    def stats(self) -> EngineStats:
+        """What the engine has done since it opened: requests by kind and outcome,
+        bytes received, retries, throttles, the concurrency limit now, objects done
+        and failed (a snapshot; counting is always on). Once closed, what it had done
+        when it closed."""
+        if self._ctx is None and self._final_stats is not None:
+            return self._final_stats
+        ctx = self._context
+        budget = ctx.budget
+        return ctx.counters.snapshot(
+            limit=budget.limit, max_concurrency=self.config.max_concurrency, cuts=budget.cuts
+        )
 
     @property
     def _context(self) -> Context:

@@ -66,22 +66,23 @@ class RetryableError(Exception):
     """Internal: a failure worth another attempt (never escapes the engine)."""
 
 
-_RETRYABLE_CODES = frozenset(
+#: Codes that mean "slow down" (S3's, and those of services that speak its protocol,
+#: as botocore's retry handler knows them): retried, and they lower adaptive concurrency.
+THROTTLE_CODES = frozenset(
     {
         "Throttling",
         "ThrottlingException",
         "ThrottledException",
         "RequestThrottledException",
+        "RequestThrottled",
         "TooManyRequestsException",
         "SlowDown",
         "RequestLimitExceeded",
         "BandwidthLimitExceeded",
-        "RequestTimeout",
-        "InternalError",
-        "ServiceUnavailable",
     }
 )
-_RETRYABLE_STATUS = frozenset({500, 502, 503, 504})
+_RETRYABLE_CODES = THROTTLE_CODES | {"RequestTimeout", "InternalError", "ServiceUnavailable"}
+_RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 
 # Errors of the transport: the request or its body did not make it through.
 _TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (

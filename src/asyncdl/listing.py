@@ -14,6 +14,7 @@ from typing import Any
 from .config import TransferConfig
 from .errors import DownloadError
 from .retry import after_failure
+from .stats import OK, Counters, outcome
 
 
 async def list_pages(
@@ -25,12 +26,15 @@ async def list_pages(
     delimiter: str | None = None,
     params: Mapping[str, object] | None = None,
     page_size: int | None = None,
+    counters: Counters | None = None,
 ) -> AsyncGenerator[dict[str, Any]]:
     """Every page of ``s3://bucket/prefix`` (``params``: RequestPayer and such), in order.
 
     ``page_size`` is ListObjectsV2's MaxKeys (S3 gives 1,000 without it). When a page
     runs out of attempts or fails for good, its error is raised as a ``DownloadError``
-    whose key is the prefix.
+    whose key is the prefix. Each page asked for is counted in ``counters`` (an
+    engine's stats), by its outcome; LISTs take no slot of the engine's budget, so a
+    throttled page does not lower its limit (the retry backs off as any does).
     """
     request: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix, **(params or {})}
     if delimiter:
@@ -38,14 +42,25 @@ async def list_pages(
     if page_size is not None:
         request["MaxKeys"] = page_size
     failures = 0
+    counts = counters.lists if counters is not None else [0] * 6
     while True:
         try:
             page: dict[str, Any] = await client.list_objects_v2(**request)
-        except Exception as exc:
+        except BaseException as exc:
+            counts[outcome(exc)] += 1
+            if not isinstance(exc, Exception):
+                raise
             failures = await after_failure(
-                config, exc, failures, bucket=bucket, key=prefix, what="a listing page"
+                config,
+                exc,
+                failures,
+                bucket=bucket,
+                key=prefix,
+                what="a listing page",
+                counters=counters,
             )
             continue
+        counts[OK] += 1
         failures = 0
         yield page
         token = page.get("NextContinuationToken")

@@ -25,5 +25,7 @@ async def head(ctx: Context, bucket: str, key: str, extra_args: ExtraArgs | None
     """One HEAD of the object (retried as any request), through the engine's budget."""
     check_bucket_and_key(bucket, key)
     obj = ctx.s3_object(bucket, key, check_extra_args(extra_args, bucket=bucket, key=key))
-    meta = await with_retries(ctx.config, obj.head, bucket=bucket, key=key, what="the HEAD")
+    meta = await with_retries(
+        ctx.config, obj.head, bucket=bucket, key=key, what="the HEAD", counters=ctx.counters
+    )
     return ObjectInfo(meta.size, meta.etag, meta.headers)

@@ -387,10 +387,11 @@ class _Writes:
     """One body's pieces waiting to be written, and their write: the pieces as they
     came (no join), the running CRC over them in the same executor hop."""
 
-    __slots__ = ("_fetch", "_part", "_reader", "_report", "pieces", "size")
+    __slots__ = ("_counters", "_fetch", "_part", "_reader", "_report", "pieces", "size")
 
     def __init__(self, fetch: Fetch, part: Part, reader: BodyReader) -> None:
         self._fetch, self._part, self._reader = fetch, part, reader
+        self._counters = fetch.ctx.counters
         self._report = fetch.progress.add if fetch.progress.callback is not None else None
         self.pieces: list[bytes] = []
         self.size = 0
@@ -412,6 +413,7 @@ class _Writes:
             )
         finally:
             self._reader.resume()
+        self._counters.bytes += size
         if self._report is not None:
             await self._report(size)
         part.pos += size
@@ -421,8 +423,9 @@ class _Writes:
 
 async def _after_failure(fetch: Fetch, exc: Exception, failures: int, what: str) -> int:
     obj = fetch.obj
+    ctx = fetch.ctx
     return await after_failure(
-        fetch.ctx.config, exc, failures, bucket=obj.bucket, key=obj.key, what=what
+        ctx.config, exc, failures, bucket=obj.bucket, key=obj.key, what=what, counters=ctx.counters
     )
 
 

@@ -133,6 +133,7 @@ async def _pinned_head(ctx: Context, obj: S3Object, header: Header) -> Discovery
             bucket=obj.bucket,
             key=obj.key,
             what="discovery",
+            counters=ctx.counters,
         )
     except ObjectChangedError:
         return None

@@ -15,6 +15,7 @@ from typing import TypeVar
 
 from .config import TransferConfig
 from .errors import is_retryable, translate
+from .stats import Counters
 
 logger = logging.getLogger("asyncdl")
 
@@ -28,13 +29,23 @@ def backoff_delay(config: TransferConfig, failures: int) -> float:
 
 
 async def after_failure(
-    config: TransferConfig, exc: Exception, failures: int, *, bucket: str, key: str, what: str
+    config: TransferConfig,
+    exc: Exception,
+    failures: int,
+    *,
+    bucket: str,
+    key: str,
+    what: str,
+    counters: Counters | None,
 ) -> int:
     """Count a failed attempt at ``what``: raise ``exc`` as a ``DownloadError`` unless it
-    earns another attempt, else back off and return the failures so far."""
+    earns another attempt, else back off and return the failures so far (a retry, in
+    the engine's ``counters``)."""
     failures += 1
     if not is_retryable(exc) or failures >= config.max_attempts:
         raise translate(exc, bucket=bucket, key=key, attempts=failures) from exc
+    if counters is not None:
+        counters.retries += 1
     delay = backoff_delay(config, failures)
     logger.info(
         "retrying %s of s3://%s/%s (attempt %d of %d) in %.2fs after %s",
@@ -51,7 +62,13 @@ async def after_failure(
 
 
 async def with_retries(
-    config: TransferConfig, call: Callable[[], Awaitable[_T]], *, bucket: str, key: str, what: str
+    config: TransferConfig,
+    call: Callable[[], Awaitable[_T]],
+    *,
+    bucket: str,
+    key: str,
+    what: str,
+    counters: Counters | None,
 ) -> _T:
     """``await call()``, again after each failure that earns another attempt (see
     :func:`after_failure`), for a request that has nothing to resume."""
@@ -60,7 +77,9 @@ async def with_retries(
         try:
             return await call()
         except Exception as exc:
-            failures = await after_failure(config, exc, failures, bucket=bucket, key=key, what=what)
+            failures = await after_failure(
+                config, exc, failures, bucket=bucket, key=key, what=what, counters=counters
+            )
 
 
 def describe(exc: BaseException) -> str:

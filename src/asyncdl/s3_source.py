@@ -1,21 +1,23 @@
 """One object on S3 as the engine sees it: HEAD and GET requests with the caller's
 arguments, each holding a slot of the engine's concurrency budget while it is in
-flight, each counted."""
+flight, each counted (per download, and in the engine's stats by outcome); a
+throttled answer tells the budget to lower its limit."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from botocore.exceptions import ClientError
 
+from .adaptive import Budget
 from .checksums import ExpectedChecksum, from_botocore, from_headers
 from .errors import DownloadError, ObjectChangedError, client_error_status
 from .ranges import ByteRange, ContentRange, parse_content_range
 from .request_args import ExtraArgs
 from .signed_get import Fallback, GetTemplate, RawResponse, SignedGets
+from .stats import CLIENT_ERROR, OK, THROTTLED, Counters, outcome
 
 _T = TypeVar("_T")
 
@@ -149,16 +151,19 @@ class S3Object:
     def __init__(
         self,
         client: Any,
-        semaphore: asyncio.Semaphore,
+        budget: Budget,
         bucket: str,
         key: str,
         extra_args: ExtraArgs,
         *,
+        counts: Counters,
         signed: SignedGets | None = None,
         checksum_mode: bool = False,
     ) -> None:
         self._client = client
-        self._semaphore = semaphore
+        self._budget = budget
+        #: The engine's stats, where each request is counted by its outcome.
+        self.counts = counts
         self._signed = signed
         self._extra_args = extra_args
         self.bucket = bucket
@@ -182,14 +187,27 @@ class S3Object:
         template = None
         if self._signed is not None:
             template = await self._signed.template(self.bucket, self._whole_args, "HeadObject")
-        async with self._semaphore:
+        epoch = await self._budget.acquire()
+        try:
             if template is None or self._signed is None:
-                return await self._head_object(if_match)
-            self.requests += 1
-            try:
-                raw = await self._signed.send(template, self.key, if_match=if_match)
-            except Fallback:
-                return await self._redirected(template, self._head_object(if_match))
+                meta = await self._head_object(if_match)
+            else:
+                meta = await self._lean_head(template, if_match)
+        except BaseException as exc:
+            self._failed(self.counts.heads, exc, epoch)
+            raise
+        self.counts.heads[OK] += 1
+        self._budget.release_ok()
+        return meta
+
+    async def _lean_head(self, template: GetTemplate, if_match: str | None) -> ObjectMeta:
+        assert self._signed is not None
+        self.requests += 1
+        try:
+            raw = await self._signed.send(template, self.key, if_match=if_match)
+        except Fallback:
+            self.counts.heads[CLIENT_ERROR] += 1  # a redirect: botocore sends it again
+            return await self._redirected(template, self._head_object(if_match))
         headers = raw.headers
         etag = headers.get("etag")
         return ObjectMeta(
@@ -198,6 +216,14 @@ class S3Object:
             checksum=_checksum_or_none(from_headers, headers, etag),
             headers=headers,
         )
+
+    def _failed(self, counts: list[int], exc: BaseException, epoch: int) -> None:
+        """Count a request that got no usable answer, and hand its slot back."""
+        where = outcome(exc)
+        counts[where] += 1
+        if where == THROTTLED:
+            self._budget.throttled(epoch)
+        self._budget.release()
 
     async def _head_object(self, if_match: str | None) -> ObjectMeta:
         params = {**self._params, **self._whole_args}
@@ -218,11 +244,11 @@ class S3Object:
         if self._signed is not None:
             args = self._whole_args if byte_range is None else self._extra_args
             template = await self._signed.template(self.bucket, args)
-        await self._semaphore.acquire()
+        epoch = await self._budget.acquire()
         try:
             response = await self._send(template, byte_range, if_match)
         except ClientError as exc:
-            self._semaphore.release()
+            self._failed(self.counts.gets, exc, epoch)
             status, _ = client_error_status(exc)
             if status == 416:
                 error = exc.response.get("Error", {})
@@ -233,8 +259,8 @@ class S3Object:
                     headers.get("etag"),
                 ) from exc
             raise
-        except BaseException:
-            self._semaphore.release()
+        except BaseException as exc:
+            self._failed(self.counts.gets, exc, epoch)
             raise
         return self._pinned(response, if_match)
 
@@ -244,11 +270,11 @@ class S3Object:
         template = None
         if self._signed is not None:
             template = await self._signed.template(self.bucket, self._whole_args)
-        await self._semaphore.acquire()
+        epoch = await self._budget.acquire()
         try:
             response = await self._send(template, None, if_match, part_number=number)
-        except BaseException:
-            self._semaphore.release()
+        except BaseException as exc:
+            self._failed(self.counts.gets, exc, epoch)
             raise
         return self._pinned(response, if_match)
 
@@ -283,6 +309,7 @@ class S3Object:
                     part_number=part_number,
                 )
             except Fallback:
+                self.counts.gets[CLIENT_ERROR] += 1  # a redirect: botocore sends it again
                 retry = self._get_object(range_header, if_match, part_number)
                 return await self._redirected(template, retry)
             return self._wrap(Response.from_raw, raw)
@@ -330,11 +357,13 @@ class S3Object:
 
     def _wrap(self, build: Callable[[Any, Callable[[], None]], Response], raw: Any) -> Response:
         try:
-            return build(raw, self._semaphore.release)
+            response = build(raw, self._budget.release_ok)
         except ValueError as exc:  # a malformed Content-Range
             body = raw["Body"] if isinstance(raw, Mapping) else raw.body
             body.close()
             raise self.error(f"server sent {exc}") from exc
+        self.counts.gets[OK] += 1
+        return response
 
 
 def _checksum_or_none(

@@ -114,6 +114,7 @@ async def run(ctx: Context, job: Job, progress: ProgressCallback | None) -> Down
         # cancellation then propagates with the target already replaced).
         await temp.commit()
     except Exception as exc:
+        ctx.counters.objects_failed += 1
         if temp is not None:
             temp.discard()
         await reporter.rewind()  # nothing of it was kept
@@ -132,6 +133,7 @@ async def run(ctx: Context, job: Job, progress: ProgressCallback | None) -> Down
         if temp is not None:
             temp.discard()  # a no-op once the commit began
         raise
+    ctx.counters.objects_done += 1
     return DownloadResult(
         bucket=job.bucket,
         key=job.key,
@@ -256,6 +258,7 @@ async def _discover_with_retries(ctx: Context, obj: S3Object, job: Job) -> Disco
         bucket=obj.bucket,
         key=obj.key,
         what="discovery",
+        counters=ctx.counters,
     )
 
 

@@ -316,6 +316,7 @@ def send_checksum_head(
             bucket=obj.bucket,
             key=obj.key,
             what="the checksum HEAD",
+            counters=obj.counts,
         )
     )
 

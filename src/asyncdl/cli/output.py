@@ -18,6 +18,7 @@ import click
 
 if TYPE_CHECKING:
     from ..results import DownloadResult
+    from ..stats import EngineStats
     from .bar import Bar
 
 
@@ -73,6 +74,7 @@ class Output:
         self.debug = debug
         self.done = 0
         self.failed = 0
+        self._stats: EngineStats | None = None
         if bar is None:
             bar = not quiet and sys.stderr.isatty()
         self._bar: Bar | None = None
@@ -139,6 +141,10 @@ class Output:
             self._bar.out("".join(traceback.format_exception(error)).rstrip())
         self._bar.out(f"error: {error}")
 
+    def stats(self, stats: EngineStats) -> None:
+        """``--debug``: what the engine did, printed last by :meth:`summary`."""
+        self._stats = stats
+
     def note(self, text: str) -> None:
         """A remark for the person at the terminal (stderr; silenced by ``--quiet``)."""
         if not self.quiet:
@@ -155,7 +161,15 @@ class Output:
         """Print the failures' count if any; return the exit status (0 or 1).
 
         ``complete`` is False when a listing failed before it found every object.
+        With ``--debug``, the engine's stats follow, the run's last lines.
         """
+        try:
+            return self._summary(complete)
+        finally:
+            for line in self._stats.lines() if self._stats is not None else ():
+                click.echo(f"stats: {line}", err=True)
+
+    def _summary(self, complete: bool) -> int:
         if not self.failed and complete:
             return 0
         if complete:

@@ -27,12 +27,19 @@ from .params import S3Url
 
 
 @asynccontextmanager
-async def _open_engine(settings: Settings) -> AsyncIterator[Engine]:
+async def _open_engine(settings: Settings, output: Output | None = None) -> AsyncIterator[Engine]:
+    """The command's engine; with ``--debug``, its stats go to ``output`` as it closes
+    (whatever the end: the numbers of a failed run are the interesting ones)."""
     async with AsyncExitStack() as stack:
         client = await create_default_client(
             stack, settings.config, endpoint_url=settings.endpoint_url, timestamps_as_text=True
         )
-        yield await stack.enter_async_context(Engine(client, config=settings.config))
+        engine = await stack.enter_async_context(Engine(client, config=settings.config))
+        try:
+            yield engine
+        finally:
+            if settings.debug and output is not None:
+                output.stats(engine.stats())
 
 
 async def copy_one(
@@ -40,7 +47,7 @@ async def copy_one(
 ) -> None:
     if not settings.config.resume:
         _discard_partial(target, output)
-    async with _open_engine(settings) as engine:
+    async with _open_engine(settings, output) as engine:
         try:
             result = await engine.download(
                 source.bucket, source.key, target, strategy=strategy, progress=output.progress
@@ -66,7 +73,7 @@ async def copy_prefix(
     """Download the prefix (``options``: ``download_prefix``'s, as ``sync`` sets them;
     each result's key added to ``keys``); False if the listing failed before it
     finished."""
-    async with _open_engine(settings) as engine:
+    async with _open_engine(settings, output) as engine:
         results = engine.download_prefix(
             bucket, prefix, root, strategy=strategy, progress=output.progress, **options
         )
@@ -114,7 +121,7 @@ def cat_object(settings: Settings, source: S3Url) -> int:
 
 async def _stream_to(settings: Settings, source: S3Url, sink: Any, output: Output) -> bool:
     """Copy the object into ``sink``; False if the sink's reader went away."""
-    async with _open_engine(settings) as engine:
+    async with _open_engine(settings, output) as engine:
         stream = engine.stream(source.bucket, source.key, progress=output.progress)
         try:
             async with contextlib.aclosing(stream):
