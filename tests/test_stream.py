@@ -329,3 +329,23 @@ async def test_a_stream_closed_while_its_parts_connect_leaves_no_socket(
         async for piece in stream:
             assert piece
             break
+
+
+@pytest.mark.parametrize(
+    "fault",
+    # (Not a reset: aiohttp re-sends a request once by itself when a kept-alive
+    # connection turns out dead, before asyncdl sees anything.)
+    [Fault(status=503, error_code="SlowDown"), Fault(status=500, error_code="InternalError")],
+    ids=["slow-down", "internal-error"],
+)
+async def test_a_streams_first_get_is_retried_as_a_downloads_first_request_is(
+    engine: asyncdl.Engine, s3: Any, bucket: str, proxy: TcpProxy, fault: Fault
+) -> None:
+    data = payload(3 * CHUNK + 5)
+    s3.put_object(Bucket=bucket, Key="k", Body=data)
+    faults = [fault]
+    proxy.rule = lambda request: faults.pop() if faults and request.method == "GET" else None
+    assert await engine.read_bytes(bucket, "k") == data
+    gets = [r for r in proxy.requests if r.method == "GET"]
+    assert len(gets) == 4 + 1  # the first GET twice, then the three other parts
+    assert engine.stats().retries == 1

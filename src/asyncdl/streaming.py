@@ -24,41 +24,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections import deque
 from collections.abc import AsyncGenerator, Callable, Mapping
 from functools import partial
-from typing import Any
 
 from .bandwidth import TokenBucket
 from .checksums import ExpectedChecksum
 from .config import MAX_CHUNK_SIZE, MIN_CHUNK_SIZE, is_int_at_least
 from .context import Context
 from .errors import DownloadError, InvalidRequestError, translate
-from .parts import fetch_into
 from .progress import ProgressCallback, Reporter
-from .ranges import ByteRange, ContentRange, plan_ranges
+from .ranges import ByteRange, ContentRange
 from .request_args import ExtraArgs, check_bucket_and_key, check_extra_args
-from .s3_source import RangeNotSatisfiable, Response, S3Object
+from .retry import after_failure
+from .s3_source import RangeNotSatisfiable, Response
+from .stream_parts import prefetch_parts
 from .stream_verify import StreamVerifier
-
-_END = object()
 
 #: What iterates an opened stream: given the first answer (``None`` when there is
 #: nothing to read), the generator of its pieces, which owns that answer once started.
 _Reader = Callable[[Response | None], AsyncGenerator[bytes]]
-
-
-class QueueSink:
-    """Where one part's bytes wait for the reader (a stand-in for the temp file)."""
-
-    def __init__(self) -> None:
-        self.queue: asyncio.Queue[Any] = asyncio.Queue()
-
-    async def write_chunks(self, offset: int, chunks: list[bytes], crc: Any, previous: Any) -> Any:
-        # Each piece as the network delivered it: joining them would copy every byte.
-        for chunk in chunks:
-            self.queue.put_nowait(chunk)
-        return previous
 
 
 def check_parts(chunk_size: int, prefetch: int, *, bucket: str, key: str) -> None:
@@ -248,6 +232,26 @@ class ObjectStream:
         if first is not None:
             first.close()
 
+    async def _first_get(self, byte_range: ByteRange) -> Response:
+        """The first GET, retried as a download's first request is (a 503, a reset);
+        an answer that says the range is past the end is not a failure to retry."""
+        ctx, obj, failures = self._ctx, self._obj, 0
+        while True:
+            try:
+                return await obj.get(byte_range, if_match=None)
+            except RangeNotSatisfiable:
+                raise
+            except Exception as exc:
+                failures = await after_failure(
+                    ctx.config,
+                    exc,
+                    failures,
+                    bucket=obj.bucket,
+                    key=obj.key,
+                    what="the stream's first GET",
+                    counters=ctx.counters,
+                )
+
     async def _first_request(self) -> _Reader:
         """Send the first GET, set ``size``, ``etag`` and ``length``; what reads on."""
         ctx, obj, start, end = self._ctx, self._obj, self._start, self._end
@@ -259,7 +263,7 @@ class ObjectStream:
         first_end = start + chunk if end is None else min(end, start + chunk)
         self._checker.before_first_get(start)
         try:
-            first = await obj.get(ByteRange(start, first_end), if_match=None)
+            first = await self._first_get(ByteRange(start, first_end))
         except RangeNotSatisfiable as exc:
             if exc.actual_size is not None and start >= exc.actual_size:
                 self._check_start(exc.actual_size)
@@ -315,7 +319,9 @@ class ObjectStream:
                 raise obj.error(
                     f"asked for bytes [{start}, {stop}), got Content-Range {whole.content_range}"
                 )
-        return partial(_prefetch, ctx, obj, stop=stop, chunk_size=chunk, prefetch=self._prefetch)
+        return partial(
+            prefetch_parts, ctx, obj, stop=stop, chunk_size=chunk, prefetch=self._prefetch
+        )
 
     def _answered(self, *, stop: int, held: bool, checksum: ExpectedChecksum | None = None) -> None:
         self._checker.answered(
@@ -338,94 +344,6 @@ class ObjectStream:
 async def _nothing(first: Response | None) -> AsyncGenerator[bytes]:
     return
     yield  # pragma: no cover - makes this an async generator
-
-
-async def _prefetch(
-    ctx: Context,
-    obj: S3Object,
-    first: Response | None,
-    *,
-    stop: int,
-    chunk_size: int,
-    prefetch: int,
-) -> AsyncGenerator[bytes]:
-    """Yield the parts in order while up to ``prefetch`` of them are fetched."""
-    assert first is not None
-    opened: Response | None = first
-    window: deque[tuple[QueueSink, asyncio.Task[None]]] = deque()
-    try:
-        assert first.content_range is not None
-        size, etag = first.content_range.total, first.etag
-        ranges = plan_ranges(stop, chunk_size, first.content_range.end)
-        opening = _launch(
-            ctx,
-            obj,
-            etag=etag,
-            size=size,
-            start=first.content_range.start,
-            end=first.content_range.end,
-            response=first,
-        )
-        window.append(opening)
-        opened = None  # its task owns it now
-        while True:
-            # Refilled at the top of every turn: a window of one is empty after each
-            # part, with more to come (``while window`` would end the stream there).
-            while len(window) < prefetch:
-                byte_range = next(ranges, None)
-                if byte_range is None:
-                    break
-                window.append(
-                    _launch(
-                        ctx,
-                        obj,
-                        etag=etag,
-                        size=size,
-                        start=byte_range.start,
-                        end=byte_range.end,
-                        response=None,
-                    )
-                )
-            if not window:
-                break
-            sink, task = window[0]
-            while (item := await sink.queue.get()) is not _END:
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
-            window.popleft()
-            await task
-    finally:
-        if opened is not None:
-            opened.close()
-        for _, task in window:
-            task.cancel()
-        await asyncio.gather(*(task for _, task in window), return_exceptions=True)
-
-
-def _launch(
-    ctx: Context,
-    obj: S3Object,
-    *,
-    etag: str | None,
-    size: int,
-    start: int,
-    end: int,
-    response: Response | None,
-) -> tuple[QueueSink, asyncio.Task[None]]:
-    sink = QueueSink()
-
-    async def run() -> None:
-        try:
-            await fetch_into(
-                ctx, sink, obj, etag=etag, size=size, start=start, end=end, response=response
-            )
-        except BaseException as exc:
-            sink.queue.put_nowait(exc if isinstance(exc, Exception) else asyncio.CancelledError())
-            raise
-        sink.queue.put_nowait(_END)
-
-    return sink, asyncio.create_task(run())
 
 
 async def _slice(
