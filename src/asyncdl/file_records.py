@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .quick_io import QUICK_IO
+from . import quick_io
 from .writer import is_temp_file
 
 if TYPE_CHECKING:
@@ -242,7 +242,7 @@ class Skips:
         await asyncio.get_running_loop().run_in_executor(None, self.store.load)
 
     async def skips(self, target: Path, size: int | None, etag: str | None) -> bool:
-        return await QUICK_IO.call(should_skip, self.store, target, self.mode, size, etag)
+        return await quick_io.QUICK_IO.call(should_skip, self.store, target, self.mode, size, etag)
 
     async def remember(self, result: DownloadResult) -> None:
         await remember(self.store, result)
@@ -260,7 +260,7 @@ async def remember(store: EtagStore, result: DownloadResult) -> None:
         # A stat and an xattr write: on the loop while that is quick. A download the
         # server sent no ETag for is recorded too (``sync --delete`` needs to know
         # asyncdl wrote it), with an ETag that no listing's matches.
-        await QUICK_IO.call(store.record, result.path, result.etag or "")
+        await quick_io.QUICK_IO.call(store.record, result.path, result.etag or "")
     except OSError as exc:
         logger.warning("could not record the ETag of %s: %s", result.path, exc)
 

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import click
 
-from .. import interrupts, partial_file
+from .. import interrupts, partial_file, quick_io
 from ..bulk import failed
 from ..clients import create_default_client
 from ..engine import Engine
@@ -46,7 +46,7 @@ async def copy_one(
     settings: Settings, source: S3Url, target: Path, strategy: str, output: Output
 ) -> None:
     if not settings.config.resume:
-        _discard_partial(target, output)
+        await _discard_partial(target, output)
     async with _open_engine(settings, output) as engine:
         try:
             result = await engine.download(
@@ -82,8 +82,8 @@ async def copy_prefix(
                 async for result in results:
                     if keys is not None:
                         keys.add(result.key)
-                    if not settings.config.resume:
-                        _discard_partial(result.path, output)
+                    if not (settings.config.resume or result.skipped):
+                        await _discard_partial(result.path, output)
                     output.finished(result)
         except DownloadError as error:  # the listing itself failed
             output.error(error)
@@ -95,11 +95,12 @@ class _Busy(Exception):
     pass
 
 
-def _discard_partial(target: Path, output: Output) -> None:
+async def _discard_partial(target: Path, output: Output) -> None:
     """``--no-resume``: an earlier copy's partial file of ``target`` goes (not one that a
-    running download holds)."""
+    running download holds). A lookup per object: on the loop while file calls are
+    quick, as the downloads' own (``quick_io``)."""
     with contextlib.suppress(_Busy, OSError):
-        if partial_file.remove(target, _Busy):
+        if await quick_io.QUICK_IO.call(partial_file.remove, target, _Busy):
             output.note(f"note: {str(target)!r}: discarded an earlier copy's partial file")
 
 
