@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import boto3
 import httpx
 import pytest
 
@@ -30,7 +31,13 @@ README = Path(__file__).parent.parent / "README.md"
 BUCKET = "my-bucket"
 
 #: The sections whose python blocks the tests below run, by surface.
-ASYNC_APP = ("The API in five lines", "Many objects", "Streaming and reading into memory")
+ASYNC_APP = (
+    "The API in five lines",
+    "Many objects",
+    "Streaming and reading into memory",
+    "Presigned URLs and plain HTTPS",
+    "Metrics",
+)
 FASTAPI = "In a FastAPI service"
 COMMAND_LINE = "Command line"
 #: Run on a Dask cluster by tests/test_dask.py.
@@ -120,6 +127,9 @@ async def test_async_app_snippets(
     assert (tmp_path / "logs/02/03.json").read_bytes() == OBJECTS["logs/2026/02/03.json"]
     assert (tmp_path / "video.mp4").read_bytes() == OBJECTS["video.mp4"]
     assert namespace["data"] == OBJECTS["small.json"]
+    assert (tmp_path / "report.csv").read_bytes() == OBJECTS["reports/a.csv"]
+    assert namespace["head"] == OBJECTS["reports/a.csv"][:2]
+    assert namespace["result"].key == namespace["url"].split("?")[0]
     out = capsys.readouterr().out
     assert f"failed: s3://{my_bucket}/reports/missing.csv: no such object" in out
     requests = {(r.method, r.path.split("?")[0]) for r in proxy.requests}
@@ -168,6 +178,11 @@ def test_command_line_snippet(my_bucket: str, proxy: TcpProxy, tmp_path: Path) -
         **FAKE_ENV,
         "AWS_ENDPOINT_URL_S3": proxy.url,
         "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "PRESIGNED_URL": boto3.client(
+            "s3", endpoint_url=proxy.url, region_name="us-east-1"
+        ).generate_presigned_url(
+            "get_object", Params={"Bucket": my_bucket, "Key": "reports/b.csv"}, ExpiresIn=600
+        ),
     }
     done = subprocess.run(
         ["bash", "-euo", "pipefail", "-c", script],
@@ -184,6 +199,8 @@ def test_command_line_snippet(my_bucket: str, proxy: TcpProxy, tmp_path: Path) -
     assert (work / "logs/01.json").read_bytes() == OBJECTS["logs/2026/01.json"]
     assert (work / "logs/02/03.json").read_bytes() == OBJECTS["logs/2026/02/03.json"]
     assert (work / "small.json").read_bytes() == OBJECTS["small.json"]
+    assert (work / "report.csv").read_bytes() == OBJECTS["reports/b.csv"]
+    assert "X-Amz-Signature" not in done.stdout + done.stderr
     assert (work / "video.mp4").read_bytes() == OBJECTS["video.mp4"]
     result = json.loads(done.stdout.splitlines()[-1])  # the --json line comes last
     assert (result["key"], result["ok"], result["strategy"]) == ("video.mp4", True, "head-first")

@@ -17,7 +17,7 @@ from typing import Any
 
 from aiofiles.os import wrap
 
-from . import transfer
+from . import jobs, transfer
 from .config import TransferConfig, is_int_at_least
 from .context import Context
 from .errors import DownloadError, InvalidRequestError, translate
@@ -162,7 +162,7 @@ async def _one(
     progress: ProgressCallback | None,
 ) -> DownloadResult:
     try:
-        job = await transfer.check(
+        job = await jobs.check(
             ctx,
             request.bucket,
             request.key,

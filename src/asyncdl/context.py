@@ -12,13 +12,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import aiohttp
+from aiobotocore.httpsession import AIOHTTPSession
+
 from .adaptive import Budget
 from .bandwidth import TokenBucket
 from .config import TransferConfig
+from .lean_send import Route, route_for
 from .request_args import ExtraArgs
 from .s3_source import S3Object
 from .signed_get import SignedGets
 from .stats import Counters
+from .url_source import UrlObject
 
 
 @dataclass(slots=True, eq=False)
@@ -40,6 +45,9 @@ class Context:
     bandwidth: TokenBucket | None = field(init=False)
     #: What the engine has done so far (``engine.stats()``).
     counters: Counters = field(default_factory=Counters)
+    #: The engine's own HTTP session for URL downloads, made when first needed by a
+    #: client whose HTTP session cannot carry them; closed by :meth:`close`.
+    _url_session: aiohttp.ClientSession | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         rate = self.config.max_bandwidth
@@ -57,3 +65,38 @@ class Context:
             signed=self.signed,
             checksum_mode=self.config.validate != "off",
         )
+
+    def url_object(self, url: str) -> UrlObject:
+        """The requests of one download from ``url`` through this budget."""
+        return UrlObject(self.url_route, self.budget, url, counts=self.counters)
+
+    async def url_route(self, url: str) -> Route:
+        """Where requests to ``url`` go: the client's own HTTP session (its pool,
+        proxies, TLS settings and timeouts), or the engine's when it has none to lend."""
+        route = None
+        http_session = getattr(getattr(self.client, "_endpoint", None), "http_session", None)
+        if isinstance(http_session, AIOHTTPSession):
+            route = await route_for(http_session, url)
+        if route is None:
+            route = Route(self._own_session(), None, {})
+        return route
+
+    def _own_session(self) -> aiohttp.ClientSession:
+        """A session for a client that has none to lend (another HTTP backend), set up
+        as the default client's: the pool, the timeouts, proxies from the environment."""
+        if self._url_session is None:
+            config = self.config
+            self._url_session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=max(10, config.max_concurrency)),
+                timeout=aiohttp.ClientTimeout(
+                    sock_connect=config.connect_timeout, sock_read=config.read_timeout
+                ),
+                auto_decompress=False,
+                trust_env=True,
+            )
+        return self._url_session
+
+    async def close(self) -> None:
+        if self._url_session is not None:
+            session, self._url_session = self._url_session, None
+            await session.close()

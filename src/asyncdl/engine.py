@@ -14,7 +14,7 @@ from contextlib import AsyncExitStack
 from types import TracebackType
 from typing import Any, Self
 
-from . import bulk, transfer
+from . import bulk, jobs, transfer
 from .adaptive import Budget
 from .bulk import DownloadItem
 from .clients import create_default_client
@@ -77,10 +77,15 @@ class Engine:
 
     async def aclose(self) -> None:
         """Close the client the engine created (a borrowed one stays open)."""
-        if self._ctx is not None:
+        ctx = self._ctx
+        if ctx is not None:
             self._final_stats = self.stats()
         self._ctx = None
-        await self._stack.aclose()
+        try:
+            if ctx is not None:
+                await ctx.close()
+        finally:
+            await self._stack.aclose()
         if self._owns_client:
             self._client = None
 
@@ -146,7 +151,7 @@ class Engine:
         ``result.partial_discarded`` tell what became of it (see ``asyncdl.resume``).
         """
         ctx = self._context
-        job = await transfer.check(
+        job = await jobs.check(
             ctx,
             bucket,
             key,
@@ -159,6 +164,60 @@ class Engine:
             checksum=checksum,
         )
         return await transfer.run(ctx, job, progress)
+
+    async def download_url(
+        self,
+        url: str,
+        path: str | os.PathLike[str],
+        *,
+        timeout: float | None = None,
+        checksum: str | None = None,
+        progress: ProgressCallback | None = None,
+    ) -> DownloadResult:
+        """Download what ``url`` serves (a presigned S3 GET URL, or any HTTP(S) URL
+        that honours Range) to ``path``, as :meth:`download` does an object: GET-first,
+        parallel ranges pinned with ``If-Match`` to the first answer's ETag, retries
+        that resume, the budget, the bandwidth cap, the temp file and its atomic
+        publish, ``config.resume``.
+
+        Nothing is signed and no credentials are sent: the URL carries what it needs.
+        Its query string (a presigned URL's credential) is never shown: the result's
+        ``key`` and every error name the URL without it, and ``bucket`` is ``""``.
+        The URL is sent as given, so it must already be percent-encoded.
+
+        The bytes are checked against ``checksum`` (``"CRC64NVME:base64..."``) when
+        given, or a checksum a whole-object answer carries; no HEAD can be sent for one
+        (a presigned GET URL is signed for GET only), so an object fetched in several
+        ranges is otherwise unverified, and ``validate="required"`` fails it. An
+        expired or refused URL raises ``AccessDeniedError``; nothing is written.
+        """
+        job = await jobs.check_url(url, path, timeout=timeout, checksum=checksum)
+        return await transfer.run(self._context, job, progress)
+
+    def stream_url(
+        self,
+        url: str,
+        *,
+        start: int = 0,
+        end: int | None = None,
+        progress: ProgressCallback | None = None,
+        chunk_size: int | None = None,
+        prefetch: int | None = None,
+    ) -> ObjectStream:
+        """The bytes ``[start, end)`` of what ``url`` serves, as :meth:`stream` gives an
+        object's (see :meth:`download_url` for what a URL download does and shows)."""
+        return ObjectStream(
+            self._context,
+            "",
+            "",
+            start=start,
+            end=end,
+            extra_args=None,
+            progress=progress,
+            chunk_size=chunk_size,
+            prefetch=prefetch,
+            url=url,
+        )
 
     def stream(
         self,

@@ -15,7 +15,8 @@ from botocore import exceptions as botocore_errors
 
 
 class DownloadError(Exception):
-    """Root of asyncdl's errors: a download of ``bucket``/``key`` failed."""
+    """Root of asyncdl's errors: a download of ``bucket``/``key`` failed (of a URL:
+    ``bucket`` is ``""`` and ``key`` the URL without its query string)."""
 
     def __init__(self, message: str, *, bucket: str, key: str) -> None:
         super().__init__(message)
@@ -26,7 +27,9 @@ class DownloadError(Exception):
         self.requests = 0
 
     def __str__(self) -> str:
-        return f"s3://{self.bucket}/{self.key}: {self.message}"
+        # A URL download has no bucket: its key is the URL as shown (no query).
+        where = f"s3://{self.bucket}/{self.key}" if self.bucket else self.key
+        return f"{where}: {self.message}"
 
 
 class InvalidRequestError(DownloadError, ValueError):
@@ -129,7 +132,7 @@ def translate(exc: BaseException, *, bucket: str, key: str, attempts: int = 1) -
         status, code = client_error_status(exc)
         message = exc.response.get("Error", {}).get("Message") or code
         if status == 404:
-            if code == "NoSuchBucket":
+            if code == "NoSuchBucket" and bucket:
                 return ObjectNotFoundError(f"bucket {bucket!r} does not exist ({code})", **where)
             return ObjectNotFoundError(f"no such object ({code})", **where)
         if status == 403:

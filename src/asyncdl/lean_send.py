@@ -61,9 +61,13 @@ async def route_for(http_session: AIOHTTPSession, url: str) -> Route | None:
     return Route(session, proxy, proxy_headers)
 
 
-async def send(route: Route, method: str, url: str, headers: dict[str, str]) -> Any:
+async def send(
+    route: Route, method: str, url: str, headers: dict[str, str], *, shown: str | None = None
+) -> Any:
     """Send one request; the open ``aiohttp.ClientResponse``. Failures to connect or
-    to get an answer are botocore's exceptions, mapped as aiobotocore maps them."""
+    to get an answer are botocore's exceptions, mapped as aiobotocore maps them, and
+    name the URL as ``shown`` (the URL itself when not given)."""
+    url_shown = url if shown is None else shown
     try:
         return await route.session.request(
             method,
@@ -73,7 +77,7 @@ async def send(route: Route, method: str, url: str, headers: dict[str, str]) -> 
             proxy_headers=route.proxy_headers,
         )
     except aiohttp.ClientSSLError as exc:
-        raise SSLError(endpoint_url=url, error=exc) from exc
+        raise SSLError(endpoint_url=url_shown, error=exc) from exc
     except (aiohttp.ClientProxyConnectionError, aiohttp.ClientHttpProxyError) as exc:
         raise ProxyConnectionError(proxy_url=mask_proxy_url(route.proxy), error=exc) from exc
     except (
@@ -81,14 +85,14 @@ async def send(route: Route, method: str, url: str, headers: dict[str, str]) -> 
         aiohttp.ClientPayloadError,
         aiohttp.http_exceptions.BadStatusLine,
     ) as exc:
-        raise ConnectionClosedError(error=exc, request=None, endpoint_url=url) from exc
+        raise ConnectionClosedError(error=exc, request=None, endpoint_url=url_shown) from exc
     except aiohttp.ServerTimeoutError as exc:
         if str(exc).lower().startswith("connect"):
-            raise ConnectTimeoutError(endpoint_url=url, error=exc) from exc
-        raise ReadTimeoutError(endpoint_url=url, error=exc) from exc
+            raise ConnectTimeoutError(endpoint_url=url_shown, error=exc) from exc
+        raise ReadTimeoutError(endpoint_url=url_shown, error=exc) from exc
     except (aiohttp.ClientConnectorError, aiohttp.ClientConnectionError, socket.gaierror) as exc:
-        raise EndpointConnectionError(endpoint_url=url, error=exc) from exc
+        raise EndpointConnectionError(endpoint_url=url_shown, error=exc) from exc
     except TimeoutError as exc:
-        raise ReadTimeoutError(endpoint_url=url, error=exc) from exc
+        raise ReadTimeoutError(endpoint_url=url_shown, error=exc) from exc
     except Exception as exc:
         raise HTTPClientError(error=exc) from exc

@@ -148,6 +148,9 @@ class Response:
 class S3Object:
     """The requests of one download: ``bucket``/``key`` plus the caller's arguments."""
 
+    #: Whether a HEAD can bring the object's checksum (not for a URL: ``url_source``).
+    checksum_heads = True
+
     def __init__(
         self,
         client: Any,

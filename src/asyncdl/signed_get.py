@@ -71,7 +71,8 @@ _SECRET_HEADERS = frozenset({"x-amz-server-side-encryption-customer-key"})
 #: Templates, and buckets remembered for redirects, kept per client: per-object
 #: VersionIds (or a service meeting many buckets) would grow them forever.
 _MAX_CACHED = 256
-_MAX_ERROR_BODY = 64 * 1024
+#: What is read of an error answer's body (S3's XML error is far smaller).
+MAX_ERROR_BODY = 64 * 1024
 #: (bucket, operation, the arguments as sorted items): what one template serves.
 _CacheKey = tuple[str, str, tuple[tuple[str, str | bytes], ...]]
 #: The operations with a lean path, and the HTTP method each sends.
@@ -303,12 +304,12 @@ class SignedGets:
                 return RawResponse(status, response_headers, None)
             length = int(response_headers.get("content-length", 0))
             return RawResponse(status, response_headers, AioStreamingBody(raw, length))
-        raw_body = await raw.content.read(_MAX_ERROR_BODY)
+        raw_body = await raw.content.read(MAX_ERROR_BODY)
         raw.release()
         if status < 400 or (status == 400 and b"Region" in raw_body):
             raise Fallback(f"HTTP {status}: let botocore handle redirects")
         lowered = {name.lower(): value for name, value in response_headers.items()}
-        raise ClientError(_error_response(status, lowered, raw_body), template.operation)
+        raise ClientError(error_response(status, lowered, raw_body), template.operation)
 
 
 def _template_from(request: Any, *, operation: str, after_redirect: bool) -> GetTemplate | None:
@@ -356,7 +357,7 @@ def _template_from(request: Any, *, operation: str, after_redirect: bool) -> Get
     )
 
 
-def _error_response(status: int, headers: Mapping[str, str], body: bytes) -> dict[str, Any]:
+def error_response(status: int, headers: Mapping[str, str], body: bytes) -> dict[str, Any]:
     """The response dict botocore would build for an S3 error, for ClientError."""
     # botocore's answer to an error without a body (every HEAD's): the status as the
     # code, its reason phrase as the message.

@@ -26,7 +26,7 @@ from .context import Context
 from .errors import ChecksumError, DownloadError, ObjectChangedError
 from .running_checksum import RunningChecksum
 from .s3_source import ObjectMeta, S3Object
-from .verify import Verification, send_checksum_head, unverifiable
+from .verify import NO_URL_CHECKSUM, Verification, send_checksum_head, unverifiable
 
 _UNREAD = "the stream was not read to its end"
 
@@ -55,7 +55,7 @@ class StreamVerifier:
     def before_first_get(self, start: int) -> None:
         """``"required"``: send the HEAD alongside the first GET, unless the read cannot
         be of the whole object (it does not start at byte 0)."""
-        if self.policy == "required" and start == 0:
+        if self.policy == "required" and start == 0 and self._obj.checksum_heads:
             self._send_head(None)
 
     def answered(
@@ -87,6 +87,9 @@ class StreamVerifier:
             self._drop_head()
             self._adopt(checksum)
         elif self._head is None:
+            if not self._obj.checksum_heads:
+                self._reason = NO_URL_CHECKSUM
+                return
             if held:
                 self._reason = (
                     "the object fits in the first ranged answer, which carries no checksum, "

@@ -39,6 +39,7 @@ from .retry import after_failure
 from .s3_source import RangeNotSatisfiable, Response
 from .stream_parts import prefetch_parts
 from .stream_verify import StreamVerifier
+from .url_source import check_url
 
 #: What iterates an opened stream: given the first answer (``None`` when there is
 #: nothing to read), the generator of its pieces, which owns that answer once started.
@@ -92,9 +93,13 @@ class ObjectStream:
         progress: ProgressCallback | None = None,
         chunk_size: int | None = None,
         prefetch: int | None = None,
+        url: str | None = None,
     ) -> None:
-        check_bucket_and_key(bucket, key)
-        args = check_extra_args(extra_args, bucket=bucket, key=key)
+        if url is None:
+            check_bucket_and_key(bucket, key)
+            args = check_extra_args(extra_args, bucket=bucket, key=key)
+        else:
+            bucket, key, args = "", check_url(url), {}
         chunk_size = ctx.config.chunk_size if chunk_size is None else chunk_size
         prefetch = ctx.config.stream_prefetch if prefetch is None else prefetch
         check_parts(chunk_size, prefetch, bucket=bucket, key=key)
@@ -110,7 +115,7 @@ class ObjectStream:
             )
         self.bucket, self.key = bucket, key
         self._ctx = ctx
-        self._obj = ctx.s3_object(bucket, key, args)
+        self._obj = ctx.s3_object(bucket, key, args) if url is None else ctx.url_object(url)
         self._start, self._end = start, end
         self._chunk_size, self._prefetch = chunk_size, prefetch
         #: The object's size, its ETag, and how many bytes this stream yields.

@@ -1,8 +1,8 @@
-"""One object's download, top to bottom: check the request, discover size and ETag,
-plan the fetch, fetch into the temp file, verify, publish.
+"""One object's download, top to bottom: discover size and ETag, plan the fetch,
+fetch into the temp file, verify, publish.
 
-:func:`check` refuses bad input before anything is sent or written; :func:`run`
-does the rest. Discovery is the strategy's first request (with retries), plus the
+``jobs`` refuses bad input before anything is sent or written; :func:`run` does
+the rest. Discovery is the strategy's first request (with retries), plus the
 checksum HEAD when ``validate="required"`` needs one that the GETs will not carry.
 The plan: one response holds the whole object (the first answer, or one plain
 GET), or the rest is fetched by byte ranges, or along the upload's parts when only
@@ -17,91 +17,33 @@ file, kept on failure, and one an earlier attempt left is continued (see ``resum
 from __future__ import annotations
 
 import asyncio
-import os
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from . import quick_io, resume
-from .checksums import ExpectedChecksum, parse_checksum
-from .config import finite, is_int_at_least
+from . import resume
 from .context import Context
-from .errors import ChecksumError, InvalidRequestError, ObjectChangedError, translate
+from .errors import ChecksumError, ObjectChangedError, translate
+from .jobs import Job
 from .partial_file import PartialFile
 from .parts import Fetch, Part, fetch_by_part_number, fetch_part, fetch_ranges
 from .progress import ProgressCallback, Reporter
-from .request_args import ExtraArgs, check_bucket_and_key, check_extra_args, check_target
 from .results import DownloadResult
 from .retry import logger, with_retries
-from .s3_source import Response, S3Object, normalize_etag
-from .strategies import Discovery, Strategy, resolve_strategy
-from .verify import Verification, Verifier, send_checksum_head
+from .s3_source import Response, S3Object
+from .strategies import Discovery
+from .verify import (
+    NO_URL_CHECKSUM,
+    Verification,
+    Verifier,
+    send_checksum_head,
+    unverifiable,
+)
 from .writer import TempFile
-
-
-# Not frozen: a frozen dataclass pays an object.__setattr__ per field on creation, and
-# one Job is made per object of a bulk download. Nothing changes a Job once made.
-@dataclass(slots=True)
-class Job:
-    """A download as asked, every part of it checked."""
-
-    bucket: str
-    key: str
-    target: Path
-    strategy: Strategy
-    extra_args: ExtraArgs
-    #: What the caller (a listing, say) knows of the object.
-    size: int | None
-    etag: str | None
-    expected: ExpectedChecksum | None
-    timeout: float | None
-
-
-async def check(
-    ctx: Context,
-    bucket: str,
-    key: str,
-    path: str | os.PathLike[str],
-    *,
-    strategy: str | Strategy,
-    extra_args: ExtraArgs | None,
-    size: int | None,
-    etag: str | None,
-    timeout: float | None,
-    checksum: str | None,
-) -> Job:
-    """The download as a :class:`Job`, or ``InvalidRequestError``: nothing is sent and
-    nothing touched on disk before every argument is known good."""
-    check_bucket_and_key(bucket, key)
-    where = {"bucket": bucket, "key": key}
-    args = check_extra_args(extra_args, **where)
-    target: Path = await quick_io.QUICK_IO.call(check_target, path, **where)
-    if size is not None and not is_int_at_least(size, 0):
-        raise InvalidRequestError(f"size must be an int >= 0, got {size!r}", **where)
-    if etag is not None:
-        if not isinstance(etag, str) or not etag:
-            raise InvalidRequestError(f"etag must be a non-empty string, got {etag!r}", **where)
-        etag = normalize_etag(etag)
-    try:
-        chosen = resolve_strategy(strategy, ctx.client)
-    except ValueError as exc:
-        raise InvalidRequestError(str(exc), **where) from None
-    if timeout is not None and (not finite(timeout) or timeout <= 0):
-        raise InvalidRequestError(
-            f"timeout must be a number of seconds > 0, got {timeout!r}", **where
-        )
-    expected = None
-    if checksum is not None:
-        try:
-            expected = parse_checksum(checksum)
-        except (ValueError, AttributeError) as exc:
-            raise InvalidRequestError(str(exc), **where) from None
-    return Job(bucket, key, target, chosen, args, size, etag, expected, timeout)
 
 
 async def run(ctx: Context, job: Job, progress: ProgressCallback | None) -> DownloadResult:
     """Download ``job`` and publish it; on failure the target is left as it was."""
-    obj = ctx.s3_object(job.bucket, job.key, job.extra_args)
+    url = job.url
+    obj = ctx.s3_object(job.bucket, job.key, job.extra_args) if url is None else ctx.url_object(url)
     reporter = Reporter(progress)
     deadline = asyncio.timeout(job.timeout)
     temp: TempFile | None = None
@@ -166,7 +108,7 @@ async def _fetch_verified(
             job.extra_args,
             size=job.size,
             etag=job.etag,
-            checksum_head=_needs_checksum_head(ctx, job),
+            checksum_head=_needs_checksum_head(ctx, obj, job),
             found=found,
         )
     if discovery is None:
@@ -174,6 +116,13 @@ async def _fetch_verified(
     # No await from here until _fetch holds the open first answer and the checksum HEAD
     # under its cleanup: a cancellation in between would leak them.
     verifier = Verifier(policy, job.expected or discovery.checksum)
+    if not obj.checksum_heads:
+        verifier.missing_reason = NO_URL_CHECKSUM
+        if policy == "required" and verifier.expected is None:
+            # Nothing could bring a checksum later: fail before the bytes, not after.
+            if discovery.first is not None:
+                discovery.first.close()
+            raise unverifiable(obj, f"validate='required' cannot verify it: {NO_URL_CHECKSUM}")
     if discovery.checksum_head is not None:
         verifier.expect(discovery.checksum_head, discovery.etag)
         discovery.checksum_head = None
@@ -211,7 +160,7 @@ async def _discover(ctx: Context, obj: S3Object, job: Job) -> Discovery:
     first answer and the HEAD are handed on unawaited (the caller releases both).
     """
     head = None
-    if _needs_checksum_head(ctx, job):
+    if _needs_checksum_head(ctx, obj, job):
         head = send_checksum_head(ctx.config, obj, job.etag)
     if job.size is not None and job.etag is not None:
         return Discovery(size=job.size, etag=job.etag, checksum_head=head)
@@ -223,6 +172,7 @@ async def _discover(ctx: Context, obj: S3Object, job: Job) -> Discovery:
         raise
     if (
         head is None
+        and obj.checksum_heads
         and ctx.config.validate == "when_available"
         and job.expected is None
         and discovery.checksum is None
@@ -238,12 +188,12 @@ async def _discover(ctx: Context, obj: S3Object, job: Job) -> Discovery:
     return discovery
 
 
-def _needs_checksum_head(ctx: Context, job: Job) -> bool:
+def _needs_checksum_head(ctx: Context, obj: S3Object, job: Job) -> bool:
     """Whether a HEAD for S3's checksum goes out with the first request: for listed
     objects whose GETs will not carry it (several requests, or multipart: a COMPOSITE
     checksum is checked along the upload's parts), and for ``"required"`` GET-first
     (its ranged first answer carries none). HEAD-first's own HEAD asks for it."""
-    if ctx.config.validate == "off" or job.expected is not None:
+    if ctx.config.validate == "off" or job.expected is not None or not obj.checksum_heads:
         return False
     if job.size is not None and job.etag is not None:
         return job.size > ctx.config.chunk_size or _multipart(job.etag)
@@ -296,7 +246,12 @@ async def _fetch(
         # One response holds the whole object (the open first one, or one plain GET,
         # which works for empty objects where any Range is a 416): no part tasks.
         whole_in_first = first is not None and discovery.first_end == size
-        if whole_in_first and discovery.checksum is None and verifier.pending is None:
+        if (
+            whole_in_first
+            and discovery.checksum is None
+            and verifier.pending is None
+            and obj.checksum_heads
+        ):
             verifier.missing_reason = _FIT_FIRST_ANSWER
         one_plain_get = (
             first is None

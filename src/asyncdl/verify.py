@@ -45,6 +45,11 @@ from .s3_source import ObjectMeta, S3Object
 from .writer import TempFile
 
 POLICIES = ("when_available", "required", "off")
+#: Why a URL's bytes go unchecked when its first answer brought no checksum.
+NO_URL_CHECKSUM = (
+    "the URL's answers carried no checksum (only a whole-object answer can: a URL "
+    "presigned with ChecksumMode), and a URL cannot be asked for it with a HEAD"
+)
 
 
 @dataclass(frozen=True, slots=True)

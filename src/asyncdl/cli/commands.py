@@ -19,8 +19,9 @@ import click
 from . import clean as _clean  # noqa: F401 - registers asyncdl clean
 from .app import Settings, cli, make_settings, transfer_options
 from .output import Output
-from .params import S3Url, check_s3_url, converter, parse_s3_url
+from .params import HttpUrl, S3Url, check_s3_url, converter, parse_s3_url, parse_source
 
+_source = converter(parse_source)
 _s3_url = converter(parse_s3_url)
 
 #: cp checks the files it writes; cat and ``cp -`` the bytes of a whole object as they
@@ -35,7 +36,7 @@ _validate_option = click.option(
 
 
 @cli.command()
-@click.argument("source", metavar="S3_URL", callback=_s3_url)
+@click.argument("source", metavar="SOURCE", callback=_source)
 @click.argument("dest")
 @click.option(
     "-r",
@@ -70,7 +71,7 @@ _validate_option = click.option(
 def cp(
     ctx: click.Context,
     *,
-    source: S3Url,
+    source: S3Url | HttpUrl,
     dest: str,
     recursive: bool,
     strategy: str,
@@ -92,6 +93,10 @@ def cp(
       asyncdl cp s3://BUCKET/KEY -        to stdout, as asyncdl cat
       asyncdl cp -r s3://BUCKET/PREFIX DIR
                                           every object under PREFIX/ to DIR/<rest of key>
+      asyncdl cp 'https://HOST/PATH?...' FILE
+                                          a presigned (or any http/https) URL, the same
+                                          way; no credentials are sent, and the URL's
+                                          query is never printed
 
     A file is replaced atomically, only once every byte is in; on failure it is
     left as it was. A recursive copy creates DIR (in an existing directory).
@@ -109,6 +114,11 @@ def cp(
         debug=debug,
         resume=resume,
     )
+    if isinstance(source, HttpUrl):
+        if recursive:
+            raise click.UsageError("--recursive needs an s3:// prefix, not a URL", ctx=ctx)
+        if ctx.get_parameter_source("strategy") is not click.core.ParameterSource.DEFAULT:
+            raise click.UsageError("--strategy does not apply to a URL (always GET first)", ctx=ctx)
     if dest == "-":
         if recursive:
             raise click.UsageError("--recursive cannot write to stdout ('-')", ctx=ctx)
@@ -117,7 +127,7 @@ def cp(
         if json_lines:
             raise click.UsageError("--json cannot share stdout ('-') with the object", ctx=ctx)
         return _cat(settings, source, ctx)
-    if recursive:
+    if recursive and isinstance(source, S3Url):  # a URL was refused above
         root = _dest_dir(dest, ctx)
         with _engine_imports():
             from .work import copy_prefix, run  # noqa: PLC0415 - see the module's docstring
@@ -148,14 +158,14 @@ def cp(
 
 
 @cli.command()
-@click.argument("source", metavar="S3_URL", callback=_s3_url)
+@click.argument("source", metavar="SOURCE", callback=_source)
 @_validate_option
 @transfer_options
 @click.pass_context
 def cat(
     ctx: click.Context,
     *,
-    source: S3Url,
+    source: S3Url | HttpUrl,
     validate: str,
     concurrency: int,
     chunk_size: int,
@@ -164,7 +174,7 @@ def cat(
     quiet: bool,
     debug: bool,
 ) -> int:
-    """Write the object s3://BUCKET/KEY to stdout.
+    """Write the object s3://BUCKET/KEY (or what an http/https URL serves) to stdout.
 
     Parts are fetched in parallel, a few ahead of what stdout has taken. The bytes
     are checked against S3's checksum as they pass (--validate): a mismatch, or a
@@ -182,8 +192,8 @@ def cat(
     return _cat(settings, source, ctx)
 
 
-def _cat(settings: Settings, source: S3Url, ctx: click.Context) -> int:
-    if not source.key:
+def _cat(settings: Settings, source: S3Url | HttpUrl, ctx: click.Context) -> int:
+    if isinstance(source, S3Url) and not source.key:
         raise click.UsageError(f"{source} names no object")
     with _engine_imports():
         from .work import cat_object  # noqa: PLC0415 - see the module's docstring
@@ -215,8 +225,10 @@ def _engine_imports() -> Iterator[None]:
             gc.enable()
 
 
-def _check_url(source: S3Url, ctx: click.Context) -> None:
-    """The engine's rules for the bucket and key (see ``check_s3_url``), as a bad S3_URL."""
+def _check_url(source: S3Url | HttpUrl, ctx: click.Context) -> None:
+    """The engine's rules for the bucket and key (see ``check_s3_url``), as a bad SOURCE."""
+    if isinstance(source, HttpUrl):
+        return  # the engine checks it before it sends anything
     try:
         check_s3_url(source)
     except ValueError as exc:
@@ -240,20 +252,31 @@ def demo(ctx: click.Context) -> int:
     return 0
 
 
-def _dest_file(source: S3Url, dest: str, ctx: click.Context) -> Path:
-    """Where one object goes: DEST, or DEST/<the key's last segment> if DEST is a
-    directory (or ends with a separator, which says it must be one)."""
+def _dest_file(source: S3Url | HttpUrl, dest: str, ctx: click.Context) -> Path:
+    """Where one object goes: DEST, or DEST/<the key's (the URL path's) last segment>
+    if DEST is a directory (or ends with a separator, which says it must be one)."""
+    target = Path(dest)
+    into_dir = dest.endswith(("/", os.sep)) or target.is_dir()
+    if isinstance(source, HttpUrl):
+        if into_dir and source.name in ("", ".", ".."):
+            raise click.UsageError(f"{source} names no file: give DEST a file name", ctx=ctx)
+        name = source.name
+    else:
+        _check_key_names_a_file(source, ctx)
+        name = PurePosixPath(source.key).name
+    if into_dir:
+        if not target.is_dir():
+            raise click.UsageError(f"directory {dest!r} does not exist", ctx=ctx)
+        target /= name
+    # The engine checks the rest (writable, not a directory) before it sends anything.
+    return target
+
+
+def _check_key_names_a_file(source: S3Url, ctx: click.Context) -> None:
     if not source.key:
         raise click.UsageError(f"{source} names no object; use --recursive for a prefix", ctx=ctx)
     if source.key.endswith("/"):
         raise click.UsageError(f"{source} names a folder; use --recursive for it", ctx=ctx)
-    target = Path(dest)
-    if dest.endswith(("/", os.sep)) or target.is_dir():
-        if not target.is_dir():
-            raise click.UsageError(f"directory {dest!r} does not exist", ctx=ctx)
-        target /= PurePosixPath(source.key).name
-    # The engine checks the rest (writable, not a directory) before it sends anything.
-    return target
 
 
 def _dest_dir(dest: str, ctx: click.Context) -> Path:

@@ -22,6 +22,12 @@ if TYPE_CHECKING:
     from .bar import Bar
 
 
+def shown(result: DownloadResult) -> str:
+    """Where the object came from: ``s3://bucket/key``, or the URL as shown (its
+    ``key``, without the query)."""
+    return f"s3://{result.bucket}/{result.key}" if result.bucket else result.key
+
+
 def result_json(result: DownloadResult) -> dict[str, Any]:
     """One ``--json`` line: the result's fields, the error as its type and message."""
     error = result.error
@@ -114,13 +120,13 @@ class Output:
         if self.json_lines:
             self.print_line(json.dumps(result_json(result)), sys.stdout)
         elif result.error is None and not result.skipped and not self.quiet:
-            where = f"s3://{result.bucket}/{result.key}"
+            where = shown(result)
             resumed = ""
             if result.reused_bytes:
                 resumed = f" (resumed: {mib(result.reused_bytes)} were already here)"
             self.print_line(f"download: {where} to {result.path}{resumed}", sys.stdout)
         if result.partial_discarded is not None and not self.json_lines:
-            self.note(f"note: s3://{result.bucket}/{result.key}: {result.partial_discarded}")
+            self.note(f"note: {shown(result)}: {result.partial_discarded}")
         self.count(result.error)
 
     def count(self, error: BaseException | None) -> None:

@@ -1,4 +1,5 @@
-"""What the command line accepts: ``s3://`` URLs, byte sizes, endpoint URLs.
+"""What the command line accepts: ``s3://`` and ``http(s)://`` URLs, byte sizes,
+endpoint URLs.
 
 Each parser raises ``ValueError`` with a message fit for one line of output;
 :func:`converter` wraps them for click, so a bad value is a usage error (exit
@@ -10,8 +11,9 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import PurePosixPath
 from typing import TypeVar
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import click
 
@@ -27,6 +29,37 @@ class S3Url:
 
     def __str__(self) -> str:
         return f"s3://{self.bucket}/{self.key}"
+
+
+@dataclass(frozen=True, slots=True)
+class HttpUrl:
+    """An ``http(s)://`` URL to download (a presigned S3 URL, say). Shown without its
+    query string, which may be a credential."""
+
+    url: str
+
+    def __str__(self) -> str:
+        parts = urlsplit(self.url)
+        return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", ""))
+
+    @property
+    def name(self) -> str:
+        """The file name the URL's path ends with (decoded), or ``""``."""
+        return unquote(PurePosixPath(urlsplit(self.url).path).name)
+
+
+def parse_source(text: str) -> S3Url | HttpUrl:
+    """An ``s3://bucket/key`` URL, or an ``http(s)://`` URL."""
+    scheme = text.partition("://")[0].lower()
+    if scheme in ("http", "https"):
+        if not urlsplit(text).hostname:
+            raise ValueError(f"{str(HttpUrl(text))!r} names no host")
+        return HttpUrl(text)
+    if scheme != "s3":
+        # Not a text with a query: a mistyped presigned URL's is still a credential.
+        shown = f"{text!r} is not" if "?" not in text else "not"
+        raise ValueError(f"{shown} an s3://bucket/key URL, nor an http:// or https:// URL")
+    return parse_s3_url(text)
 
 
 def parse_s3_url(text: str) -> S3Url:

@@ -23,7 +23,7 @@ from ..engine import Engine
 from ..errors import DownloadError, InvalidRequestError
 from .app import Settings
 from .output import Output, print_error
-from .params import S3Url
+from .params import HttpUrl, S3Url
 
 
 @asynccontextmanager
@@ -43,19 +43,22 @@ async def _open_engine(settings: Settings, output: Output | None = None) -> Asyn
 
 
 async def copy_one(
-    settings: Settings, source: S3Url, target: Path, strategy: str, output: Output
+    settings: Settings, source: S3Url | HttpUrl, target: Path, strategy: str, output: Output
 ) -> None:
     if not settings.config.resume:
         await _discard_partial(target, output)
     async with _open_engine(settings, output) as engine:
         try:
-            result = await engine.download(
-                source.bucket, source.key, target, strategy=strategy, progress=output.progress
-            )
+            if isinstance(source, HttpUrl):
+                result = await engine.download_url(source.url, target, progress=output.progress)
+            else:
+                result = await engine.download(
+                    source.bucket, source.key, target, strategy=strategy, progress=output.progress
+                )
         except InvalidRequestError:
             raise  # bad input: a usage error, not a failed object
         except DownloadError as error:
-            result = failed(source.bucket, source.key, target, error, strategy)
+            result = failed(error.bucket, error.key, target, error, strategy)
     output.finished(result)
 
 
@@ -104,7 +107,7 @@ async def _discard_partial(target: Path, output: Output) -> None:
             output.note(f"note: {str(target)!r}: discarded an earlier copy's partial file")
 
 
-def cat_object(settings: Settings, source: S3Url) -> int:
+def cat_object(settings: Settings, source: S3Url | HttpUrl) -> int:
     stdout = sys.stdout.buffer
     # No bar when stdout is the terminal: the object's bytes and the bar would mix.
     output = Output(
@@ -120,10 +123,15 @@ def cat_object(settings: Settings, source: S3Url) -> int:
     return output.summary()
 
 
-async def _stream_to(settings: Settings, source: S3Url, sink: Any, output: Output) -> bool:
+async def _stream_to(
+    settings: Settings, source: S3Url | HttpUrl, sink: Any, output: Output
+) -> bool:
     """Copy the object into ``sink``; False if the sink's reader went away."""
     async with _open_engine(settings, output) as engine:
-        stream = engine.stream(source.bucket, source.key, progress=output.progress)
+        if isinstance(source, HttpUrl):
+            stream = engine.stream_url(source.url, progress=output.progress)
+        else:
+            stream = engine.stream(source.bucket, source.key, progress=output.progress)
         try:
             async with contextlib.aclosing(stream):
                 async for piece in stream:

@@ -1,0 +1,206 @@
+"""An object behind a plain HTTP(S) URL (a presigned S3 GET URL is the main case),
+as the engine sees it: the same GETs, ranges, ``If-Match`` pins, budget slots and
+counts as an :class:`~asyncdl.s3_source.S3Object`, sent unsigned to the URL as given.
+
+No credentials are added: a presigned URL carries its own in the query string, so
+that query is a secret. It is sent, never shown: the URL a download reports (its
+``key``, its errors, the log) is the URL without query, fragment or user info, and
+a failure whose message held the full URL is raised with that part scrubbed and
+without its cause.
+
+What a URL cannot do that a key can: a HEAD (a presigned GET URL is signed for GET
+only), so where the engine would HEAD an object, a URL sends a one-byte ranged GET
+(size and ETag, no checksum); and ``PartNumber`` GETs (a query parameter added to a
+presigned URL breaks its signature). A checksum is verified when an answer carries
+one: a whole-object answer from S3 does when the URL was presigned with
+``ChecksumMode``; or the caller passes the object's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import aiohttp
+from aiobotocore.response import AioStreamingBody
+from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
+
+from .adaptive import Budget
+from .errors import InvalidRequestError
+from .lean_send import Route
+from .lean_send import send as send_on
+from .ranges import ByteRange, parse_content_range
+from .s3_source import ObjectMeta, Response, S3Object
+from .signed_get import MAX_ERROR_BODY, GetTemplate, RawResponse, error_response
+from .stats import OK, Counters
+
+#: What a result or an error names when the URL itself could not be read.
+_UNREADABLE = "<url>"
+
+
+def shown_url(url: object) -> str:
+    """``url`` as it may be shown: scheme, host, port and path only (the query of a
+    presigned URL is its credential)."""
+    if not isinstance(url, str):
+        return _UNREADABLE
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = parts.port
+    except ValueError:
+        return _UNREADABLE
+    if ":" in host:
+        host = f"[{host}]"  # an IPv6 literal
+    netloc = host if port is None else f"{host}:{port}"
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def check_url(url: object) -> str:
+    """The URL as shown, or ``InvalidRequestError`` for anything but an absolute
+    http(s) URL with a host; nothing is sent."""
+    shown = shown_url(url)
+    if not isinstance(url, str) or not url:
+        # Not its repr: bytes of a presigned URL would show its credential.
+        got = "an empty string" if url == "" else type(url).__name__
+        raise InvalidRequestError(
+            f"url must be a non-empty string, got {got}", bucket="", key=shown
+        )
+    if any(ch in url for ch in "\x00\r\n\t "):
+        raise InvalidRequestError(
+            "url holds whitespace or a control character: pass it percent-encoded",
+            bucket="",
+            key=shown,
+        )
+    parts = urlsplit(url)
+    if parts.scheme.lower() not in ("http", "https"):
+        raise InvalidRequestError(
+            f"url must be http:// or https://, got {parts.scheme or 'no'} scheme",
+            bucket="",
+            key=shown,
+        )
+    if shown == _UNREADABLE or not urlsplit(shown).hostname:
+        raise InvalidRequestError("url has no valid host", bucket="", key=shown)
+    return shown
+
+
+class UrlObject(S3Object):
+    """The requests of one download from ``url``; ``key`` is the URL as shown."""
+
+    #: No HEAD can bring a checksum here (see the module's note).
+    checksum_heads = False
+
+    def __init__(
+        self,
+        route: Callable[[str], Awaitable[Route]],
+        budget: Budget,
+        url: str,
+        *,
+        counts: Counters,
+    ) -> None:
+        super().__init__(None, budget, "", shown_url(url), {}, counts=counts)
+        #: Finds the route on the first request (the session may be made then).
+        self._find_route = route
+        self._route: Route | None = None
+        self._url = url
+        #: The URL and its query, scrubbed from any message raised (the whole URL first).
+        self._secrets = ((url, self.key), (urlsplit(url).query, "<query>"))
+
+    async def head(self, *, if_match: str | None = None) -> ObjectMeta:
+        """Size and ETag from a GET of the first byte (a presigned GET URL refuses a
+        HEAD). An empty object answers any range with 416: size 0."""
+        epoch = await self._budget.acquire()
+        try:
+            raw = await self._request(ByteRange(0, 1).header(), if_match)
+            raw.release()
+        except BaseException as exc:
+            self._failed(self.counts.gets, exc, epoch)
+            if isinstance(exc, ClientError) and _empty(exc):
+                headers = exc.response["ResponseMetadata"]["HTTPHeaders"]
+                return ObjectMeta(size=0, etag=headers.get("etag"), headers=headers)
+            raise
+        self.counts.gets[OK] += 1
+        self._budget.release_ok()
+        headers = raw.headers
+        content_range = headers.get("content-range")
+        try:
+            if raw.status == 206 and content_range is not None:
+                size = parse_content_range(content_range).total
+            elif raw.status == 200:  # Range ignored: the whole object's length
+                size = int(headers.get("content-length", ""))
+            else:
+                raise ValueError(f"HTTP {raw.status}")
+        except ValueError as exc:
+            raise self.error(f"unexpected answer to a ranged GET: {exc}") from None
+        return ObjectMeta(size=size, etag=headers.get("etag"), headers=headers)
+
+    async def _send(
+        self,
+        template: GetTemplate | None,
+        byte_range: ByteRange | None,
+        if_match: str | None,
+        *,
+        part_number: int | None = None,
+    ) -> Response:
+        if part_number is not None:
+            raise self.error("a URL cannot be fetched by upload part (PartNumber)")
+        range_header = byte_range.header() if byte_range is not None else None
+        raw = await self._request(range_header, if_match)
+        length = int(raw.headers.get("content-length", 0))
+        return self._wrap(
+            Response.from_raw, RawResponse(raw.status, raw.headers, AioStreamingBody(raw, length))
+        )
+
+    async def _request(self, range_header: str | None, if_match: str | None) -> Any:
+        """One GET, counted: the open aiohttp response of a 2xx, else ``ClientError``
+        as S3's error would raise it (redirects are followed on the way)."""
+        headers = {"Accept-Encoding": "identity"}  # the bytes as stored, never re-encoded
+        if range_header is not None:
+            headers["Range"] = range_header
+        if if_match is not None:
+            headers["If-Match"] = if_match
+        if self._route is None:
+            self._route = await self._find_route(self._url)
+        self.requests += 1
+        try:
+            raw = await send_on(self._route, "GET", self._url, headers, shown=self.key)
+        except BotoCoreError as exc:
+            # Not chained: aiohttp's own error may name the whole URL.
+            if isinstance(exc.kwargs.get("error"), aiohttp.TooManyRedirects):
+                raise self.error("too many redirects (more than 10); not retried") from None
+            raise self._scrubbed(exc) from None
+        if raw.status < 300:
+            return raw
+        body = await raw.content.read(MAX_ERROR_BODY)
+        raw.release()
+        lowered = {name.lower(): value for name, value in raw.headers.items()}
+        raise ClientError(error_response(raw.status, lowered, body), "GetObject")
+
+    def _scrubbed(self, exc: BotoCoreError) -> BotoCoreError:
+        """``exc`` again, with the URL's query (and the whole URL) replaced by the URL
+        as shown: aiohttp names the URL in some of its errors (too many redirects)."""
+        message = str(exc)
+        for secret, shown in self._secrets:
+            if secret:
+                message = message.replace(secret, shown)
+        if message == str(exc):
+            return exc
+        return _Scrubbed(message=message)
+
+
+class _Scrubbed(HTTPClientError):  # type: ignore[misc]  # botocore is untyped
+    """A transport error (retried as one), its message with the URL's secrets taken out."""
+
+    fmt = "{message}"
+
+
+def _empty(exc: ClientError) -> bool:
+    """A 416 that says the object is empty (S3's ``ActualObjectSize``, or a
+    ``Content-Range: bytes */0``)."""
+    response: Mapping[str, Any] = exc.response
+    metadata = response.get("ResponseMetadata", {})
+    if metadata.get("HTTPStatusCode") != 416:
+        return False
+    actual = response.get("Error", {}).get("ActualObjectSize")
+    content_range = metadata.get("HTTPHeaders", {}).get("content-range")
+    return bool(actual == "0" or content_range == "bytes */0")
