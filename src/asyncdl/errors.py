@@ -14,6 +14,11 @@ import aiohttp
 from botocore import exceptions as botocore_errors
 
 
+def source_name(bucket: str, key: str) -> str:
+    """``s3://bucket/key``, or for a URL download (no bucket) the URL as shown."""
+    return f"s3://{bucket}/{key}" if bucket else key
+
+
 class DownloadError(Exception):
     """Root of asyncdl's errors: a download of ``bucket``/``key`` failed (of a URL:
     ``bucket`` is ``""`` and ``key`` the URL without its query string)."""
@@ -28,8 +33,7 @@ class DownloadError(Exception):
 
     def __str__(self) -> str:
         # A URL download has no bucket: its key is the URL as shown (no query).
-        where = f"s3://{self.bucket}/{self.key}" if self.bucket else self.key
-        return f"{where}: {self.message}"
+        return f"{source_name(self.bucket, self.key)}: {self.message}"
 
 
 class InvalidRequestError(DownloadError, ValueError):

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from . import partial_file, quick_io
 from .context import Context
-from .errors import ObjectChangedError, TargetBusyError
+from .errors import ObjectChangedError, TargetBusyError, source_name
 from .journal import Header
 from .partial_file import Busy, PartialFile
 from .progress import Reporter
@@ -98,7 +98,7 @@ async def discover(
     if header is not None and why is None:
         ours = (obj.bucket, obj.key, _version(extra_args), target.name)
         if (header.bucket, header.key, header.version, header.target) != ours:
-            why = f"it is of another object (s3://{header.bucket}/{header.key})"
+            why = f"it is of another object ({source_name(header.bucket, header.key)})"
         elif etag is not None and etag != header.etag:
             why = f"the object changed (ETag {etag}, the partial's {header.etag})"
         elif size is not None and size != header.size:

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from .config import TransferConfig
-from .errors import is_retryable, translate
+from .errors import is_retryable, source_name, translate
 from .stats import Counters
 
 logger = logging.getLogger("asyncdl")
@@ -48,10 +48,9 @@ async def after_failure(
         counters.retries += 1
     delay = backoff_delay(config, failures)
     logger.info(
-        "retrying %s of s3://%s/%s (attempt %d of %d) in %.2fs after %s",
+        "retrying %s of %s (attempt %d of %d) in %.2fs after %s",
         what,
-        bucket,
-        key,
+        source_name(bucket, key),
         failures + 1,
         config.max_attempts,
         delay,

@@ -21,7 +21,7 @@ from typing import Any
 
 from . import resume
 from .context import Context
-from .errors import ChecksumError, ObjectChangedError, translate
+from .errors import ChecksumError, ObjectChangedError, source_name, translate
 from .jobs import Job
 from .partial_file import PartialFile
 from .parts import Fetch, Part, fetch_by_part_number, fetch_part, fetch_ranges
@@ -136,9 +136,8 @@ async def _fetch_verified(
         if not exc.mismatch or discovery.etag is None or policy == "off":
             raise
         logger.info(
-            "checksum mismatch on s3://%s/%s; one fresh attempt at ETag %s: %s",
-            obj.bucket,
-            obj.key,
+            "checksum mismatch on %s; one fresh attempt at ETag %s: %s",
+            source_name(obj.bucket, obj.key),
             discovery.etag,
             exc.message,
         )
@@ -265,10 +264,9 @@ async def _fetch(
             # fetched: one GET of the whole object is the only consistent answer (a
             # retry starts it over, see parts.fetch_part).
             logger.info(
-                "s3://%s/%s: the server sent no ETag, so ranged GETs cannot be pinned to "
+                "%s: the server sent no ETag, so ranged GETs cannot be pinned to "
                 "one version of the object; fetching it in one GET",
-                obj.bucket,
-                obj.key,
+                source_name(obj.bucket, obj.key),
             )
             if first is not None:
                 first.close()

@@ -47,6 +47,7 @@ def clean(directory: Path, dry_run: bool, older_than: float | None, no_recursive
     writing is left alone (a temp file counts as running while it changed in the last
     minute). Nothing else is touched.
     """
+    from ..errors import source_name  # noqa: PLC0415 - only when run
     from ..partials import find_partials, remove_partial  # noqa: PLC0415 - only when run
 
     total = 0
@@ -54,8 +55,8 @@ def clean(directory: Path, dry_run: bool, older_than: float | None, no_recursive
         if older_than is not None and leftover.age < older_than:
             continue
         what = f"{leftover.paths[0]}"
-        if leftover.bucket is not None:
-            what += f" (s3://{leftover.bucket}/{leftover.key}, {leftover.etag})"
+        if leftover.bucket is not None and leftover.key is not None:
+            what += f" ({source_name(leftover.bucket, leftover.key)}, {leftover.etag})"
         what += f", {mib(leftover.bytes_on_disk)}, {_age(leftover.age)} old"
         if leftover.busy:
             click.echo(f"busy (left alone): {what}")

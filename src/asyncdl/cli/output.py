@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 def shown(result: DownloadResult) -> str:
     """Where the object came from: ``s3://bucket/key``, or the URL as shown (its
     ``key``, without the query)."""
+    # As errors.source_name, which this module cannot import: --help must not load
+    # botocore and aiohttp.
     return f"s3://{result.bucket}/{result.key}" if result.bucket else result.key
 
 
