@@ -176,3 +176,20 @@ async def test_the_stats_outlive_the_engine(client: Any, bucket: str, tmp_path: 
         inside = engine.stats()
     assert engine.stats() == inside
     assert (inside.objects_done, inside.gets.ok) == (1, 1)
+
+
+async def test_a_streams_bytes_are_counted_however_they_came(
+    s3: Any, bucket: str, proxy: TcpProxy, client: Any
+) -> None:
+    """The bytes of a first answer that held the whole read (a small object, a server
+    that ignores Range) are counted as the parts' are."""
+    s3.put_object(Bucket=bucket, Key="small", Body=payload(1000))
+    s3.put_object(Bucket=bucket, Key="big", Body=payload(3 * CHUNK))
+    config = asyncdl.TransferConfig(chunk_size=CHUNK, max_concurrency=4)
+    async with asyncdl.Engine(client, config=config) as engine:
+        assert await engine.read_bytes(bucket, "small") == payload(1000)
+        assert engine.stats().bytes_received == 1000
+        proxy.rule = lambda request: Fault(headers={"range": None})  # Range ignored
+        async with engine.stream(bucket, "big", start=10, end=CHUNK) as stream:
+            assert b"".join([piece async for piece in stream]) == payload(3 * CHUNK)[10:CHUNK]
+        assert engine.stats().bytes_received == 1000 + CHUNK - 10

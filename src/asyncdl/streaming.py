@@ -37,6 +37,7 @@ from .ranges import ByteRange, ContentRange
 from .request_args import ExtraArgs, check_bucket_and_key, check_extra_args
 from .retry import after_failure
 from .s3_source import RangeNotSatisfiable, Response
+from .stats import Counters
 from .stream_parts import prefetch_parts
 from .stream_verify import StreamVerifier
 from .url_source import check_url
@@ -290,7 +291,9 @@ class ObjectStream:
             if self.length == 0:
                 self._release_first()  # no need to read the whole body for nothing
                 return _nothing
-            return partial(_slice, start=start, end=stop, bandwidth=ctx.bandwidth)
+            return partial(
+                _slice, start=start, end=stop, bandwidth=ctx.bandwidth, counters=ctx.counters
+            )
         content_range = first.content_range
         if content_range is None or content_range.start != start:
             raise obj.error(f"asked for bytes from {start}, got Content-Range {content_range}")
@@ -312,7 +315,9 @@ class ObjectStream:
                 )
             self._answered(stop=stop, held=True)
             # The body starts at ``start``.
-            return partial(_slice, start=0, end=stop - start, bandwidth=ctx.bandwidth)
+            return partial(
+                _slice, start=0, end=stop - start, bandwidth=ctx.bandwidth, counters=ctx.counters
+            )
         self._answered(stop=stop, held=stop <= content_range.end)
         if first.etag is None and stop > content_range.end:
             # No ETag pins later parts to this version: the range comes in one GET (a
@@ -352,10 +357,16 @@ async def _nothing(first: Response | None) -> AsyncGenerator[bytes]:
 
 
 async def _slice(
-    first: Response | None, *, start: int, end: int, bandwidth: TokenBucket | None
+    first: Response | None,
+    *,
+    start: int,
+    end: int,
+    bandwidth: TokenBucket | None,
+    counters: Counters,
 ) -> AsyncGenerator[bytes]:
     """Bytes ``[start, end)`` of a body, counted from its first byte (the object's
-    first, when the server ignored Range), read within the engine's ``bandwidth``."""
+    first, when the server ignored Range), read within the engine's ``bandwidth``;
+    what is yielded is counted in the engine's stats as the parts' bytes are."""
     assert first is not None
     position = 0
     try:
@@ -365,6 +376,7 @@ async def _slice(
             if bandwidth is not None:
                 await bandwidth.take(len(piece))
             if low < high:
+                counters.bytes += high - low
                 yield piece[low:high]
             if position >= end:
                 break
