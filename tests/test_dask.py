@@ -151,7 +151,7 @@ def test_5000_objects_across_two_workers(
     assert get_count == KEYS + 1 + empty
     assert summary.requests == KEYS + 1 + empty
     # Both workers took partitions; their counts add up to the run's.
-    assert set(summary.workers) == set(dask_client.scheduler_info()["workers"])
+    assert set(summary.workers) == set(dask_client.run(os.getpid))
     assert sum(w.downloaded for w in summary.workers.values()) == KEYS
     assert sum(w.bytes for w in summary.workers.values()) == summary.bytes
     assert all(w.seconds > 0 for w in summary.workers.values())
@@ -513,21 +513,21 @@ def stray_partition(s3: Any, dest: Path, bucket: str) -> tuple[dict[str, bytes],
     return objects, job, frame
 
 
-def hold(started: str, release: str) -> None:
-    """A task that keeps its worker's one thread until ``release`` exists."""
-    Path(started).touch()
-    deadline = time.monotonic() + 60
-    while not os.path.exists(release) and time.monotonic() < deadline:
-        time.sleep(0.01)
-
-
 def test_a_partition_that_starts_after_the_run_ended_writes_nothing(
     dask_client: Client, s3: Any, tmp_path: Path
 ) -> None:
     dest = tmp_path / "out"
     _, job, frame = stray_partition(s3, dest, "dask-late")
-    worker = sorted(dask_client.scheduler_info()["workers"])[0]
+    worker = sorted(dask_client.run(os.getpid))[0]
     started, release = tmp_path / "started", tmp_path / "release"
+
+    def hold(started: str, release: str) -> None:
+        """Keep the worker's one thread until ``release`` exists."""
+        Path(started).touch()
+        deadline = time.monotonic() + 60
+        while not os.path.exists(release) and time.monotonic() < deadline:
+            time.sleep(0.01)
+
     busy = dask_client.submit(hold, str(started), str(release), workers=[worker], pure=False)
     deadline = time.monotonic() + 30
     while not started.exists():
@@ -551,7 +551,7 @@ def test_the_run_ends_once_a_partition_still_running_has_finished(
 ) -> None:
     dest = tmp_path / "out"
     objects, job, frame = stray_partition(s3, dest, "dask-stray")
-    worker = sorted(dask_client.scheduler_info()["workers"])[0]
+    worker = sorted(dask_client.run(os.getpid))[0]
     recording.rule = lambda request: Fault(delay=0.2) if request.method == "GET" else None
     try:
         stray = dask_client.submit(run_partition, frame, job, workers=[worker], pure=False)
