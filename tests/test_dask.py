@@ -12,6 +12,7 @@ import errno
 import json
 import os
 import re
+import secrets
 import signal
 import time
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import dask
 import pandas as pd
 import pytest
 from distributed import Client, LocalCluster
@@ -28,7 +30,8 @@ from moto.s3.models import s3_backends
 import asyncdl
 import asyncdl.dask as adask
 from asyncdl import file_records as _skip
-from asyncdl.dask._partition import Job
+from asyncdl.dask import _sweep
+from asyncdl.dask._partition import Job, run_partition
 from asyncdl.testing.moto_server import FAKE_ENV
 from asyncdl.testing.tcp_proxy import Fault, TcpProxy
 from asyncdl.writer import is_temp_file
@@ -41,6 +44,17 @@ CONFIG = asyncdl.TransferConfig(chunk_size=CHUNK, max_concurrency=16, backoff_ba
 
 def temp_files_under(root: Path) -> list[Path]:
     return [p for p in root.rglob("*") if is_temp_file(p.name)]
+
+
+def dotted_under(root: Path) -> dict[str, str]:
+    """Every dotted entry under ``root`` and all below it (a run's journals, a partial,
+    a temp file) by relative path, with the start of each file: a leftover says whose."""
+    found: dict[str, str] = {}
+    for entry in root.rglob(".*"):
+        for path in [entry, *(entry.rglob("*") if entry.is_dir() else ())]:
+            shown = "<dir>" if path.is_dir() else repr(path.read_bytes()[:300])
+            found[path.relative_to(root).as_posix()] = shown
+    return found
 
 
 def seed(s3: Any, bucket: str, objects: dict[str, bytes]) -> None:
@@ -137,7 +151,7 @@ def test_5000_objects_across_two_workers(
     assert get_count == KEYS + 1 + empty
     assert summary.requests == KEYS + 1 + empty
     # Both workers took partitions; their counts add up to the run's.
-    assert set(summary.workers) == set(dask_client.scheduler_info()["workers"])
+    assert set(summary.workers) == set(dask_client.run(os.getpid))
     assert sum(w.downloaded for w in summary.workers.values()) == KEYS
     assert sum(w.bytes for w in summary.workers.values()) == summary.bytes
     assert all(w.seconds > 0 for w in summary.workers.values())
@@ -486,6 +500,91 @@ def test_the_sweep_leaves_other_downloads_temp_files_alone(
     for path in foreign:
         assert path.read_bytes() == b"in flight"
     assert sorted(p.name for p in tmp_path.iterdir()) == [".c.89abcdef.asyncdl-tmp", "s"]
+
+
+def stray_partition(s3: Any, dest: Path, bucket: str) -> tuple[dict[str, bytes], Job, pd.DataFrame]:
+    """A partition of a run, to submit as the task Dask still runs (or starts) on a
+    worker once the run's results are in: after a worker died, the scheduler may
+    give a partition to a second worker while the first still runs it."""
+    objects = {f"t/{i}": payload(2 * CHUNK + i, seed=i) for i in range(2)}
+    seed(s3, bucket, objects)
+    job = Job(str(dest), CONFIG, "auto", None, None, None, run_id=secrets.token_hex(8))
+    frame = pd.DataFrame({"bucket": [bucket] * len(objects), "key": list(objects)})
+    return objects, job, frame
+
+
+def test_a_partition_that_starts_after_the_run_ended_writes_nothing(
+    dask_client: Client, s3: Any, tmp_path: Path
+) -> None:
+    dest = tmp_path / "out"
+    _, job, frame = stray_partition(s3, dest, "dask-late")
+    worker = sorted(dask_client.run(os.getpid))[0]
+    started, release = tmp_path / "started", tmp_path / "release"
+
+    def hold(started: str, release: str) -> None:
+        """Keep the worker's one thread until ``release`` exists."""
+        Path(started).touch()
+        deadline = time.monotonic() + 60
+        while not os.path.exists(release) and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    busy = dask_client.submit(hold, str(started), str(release), workers=[worker], pure=False)
+    deadline = time.monotonic() + 30
+    while not started.exists():
+        assert time.monotonic() < deadline, busy
+        time.sleep(0.01)
+    # Queued behind the busy thread, so that it starts only once the run has ended.
+    late = dask_client.submit(run_partition, frame, job, workers=[worker], pure=False)
+    assert adask._sweep_hosts(dask_client, job.dest_dir, job.run_id) == 0
+    release.touch()
+    rows = late.result(timeout=60)
+    busy.result(timeout=60)
+    # It wrote nothing: no journal that outlives the run's sweep, no download racing
+    # the caller's next step. Its rows say why (nobody reads them).
+    assert dotted_under(dest) == {}
+    assert not dest.exists() or list(dest.iterdir()) == []
+    assert set(rows["status"]) == {"failed"}, rows
+
+
+def test_the_run_ends_once_a_partition_still_running_has_finished(
+    dask_client: Client, recording: TcpProxy, s3: Any, tmp_path: Path
+) -> None:
+    dest = tmp_path / "out"
+    objects, job, frame = stray_partition(s3, dest, "dask-stray")
+    worker = sorted(dask_client.run(os.getpid))[0]
+    recording.rule = lambda request: Fault(delay=0.2) if request.method == "GET" else None
+    try:
+        stray = dask_client.submit(run_partition, frame, job, workers=[worker], pure=False)
+        deadline = time.monotonic() + 30
+        while not (dest / _sweep.JOURNAL_DIR).exists():
+            assert time.monotonic() < deadline, stray
+            time.sleep(0.01)
+        adask._sweep_hosts(dask_client, job.dest_dir, job.run_id)
+        # The end of the run waited for it: its files are in place, nothing of it is left.
+        for key, body in objects.items():
+            assert (dest / key).read_bytes() == body
+        assert dotted_under(dest) == {}
+        assert set(stray.result(timeout=60)["status"]) == {"downloaded"}
+    finally:
+        recording.rule = None
+
+
+def test_every_host_is_swept_whatever_the_clients_cached_scheduler_info_holds(
+    dask_client: Client, tmp_path: Path
+) -> None:
+    # A client refreshes its cached scheduler_info every 2 s, without the workers; a
+    # refresh that lands as scheduler_info() fetches them hides them all. Refreshing
+    # every millisecond makes that race frequent: the sweep must not depend on it.
+    with (
+        dask.config.set({"distributed.client.scheduler-info-interval": "1ms"}),
+        Client(dask_client.scheduler.address, set_as_default=False) as client,
+    ):
+        for attempt in range(50):
+            run = secrets.token_hex(8)
+            _sweep.record_dirs(tmp_path, run, [tmp_path])
+            (tmp_path / f".x.{run}-0123abcd.asyncdl-tmp").write_bytes(b"left")
+            assert adask.remove_temp_files(tmp_path, client=client) == 1, attempt
+            assert dotted_under(tmp_path) == {}, attempt
 
 
 SSE_KEY_VARIABLE = "ASYNCDL_TEST_SSE_C_KEY"

@@ -42,7 +42,7 @@ from ._summary import (
     partition_stats,
     summarize,
 )
-from ._sweep import sweep
+from ._sweep import end_run, sweep
 
 __all__ = [
     "Failure",
@@ -258,13 +258,15 @@ def remove_temp_files(
 
 
 def _sweep_hosts(dask_client: distributed.Client, dest_dir: str, run_id: str | None) -> int:
-    """Sweep on one worker per host: a per-node ``dest_dir`` has its own leftovers."""
+    """End the run on every worker, then sweep on one worker per host: a per-node
+    ``dest_dir`` has its own leftovers."""
+    # The workers as the scheduler has them now, not the client's scheduler_info():
+    # its cache is refreshed every 2 s without the workers, and a refresh landing as
+    # it fetches them left no worker to sweep on. One that died since does not answer,
+    # and runs nothing more.
+    ended = dask_client.run(end_run, run_id, on_error="ignore")
     hosts: dict[str, str] = {}
-    try:
-        info = dask_client.scheduler_info(n_workers=-1)  # newer versions list only 5 by default
-    except TypeError:
-        info = dask_client.scheduler_info()
-    for address in info["workers"]:
+    for address in sorted(ended):
         hosts.setdefault(distributed.comm.get_address_host(address), address)
     removed = dask_client.run(sweep, dest_dir, run_id, workers=list(hosts.values()))
     return sum(removed.values())

@@ -38,7 +38,7 @@ from ..strategies import Strategy
 from ..writer import TEMP_RUN
 from ._runtime import runtime
 from ._sse import key_problem, with_key
-from ._sweep import record_dirs
+from ._sweep import partition_of, record_dirs
 
 logger = logging.getLogger("asyncdl.dask")
 
@@ -95,6 +95,25 @@ class Job:
 def run_partition(frame: pd.DataFrame, job: Job) -> pd.DataFrame:
     """Download one partition; one result row per manifest row."""
     started = time.time()
+    with partition_of(job.run_id) as live:
+        rows = _download_rows(frame, job) if live else _ended_rows(frame, job.run_id)
+    worker, finished = _worker_name(), time.time()
+    for row in rows:
+        row.update(worker=worker, started=started, finished=finished)
+    return result_frame(rows)
+
+
+def _ended_rows(frame: pd.DataFrame, run_id: str) -> list[dict[str, Any]]:
+    """A partition Dask ran after its run's results were in (``_sweep``): it writes
+    nothing, and nobody reads these rows."""
+    ended = RuntimeError(f"run {run_id} had ended before this partition started")
+    return [
+        _failed_row(str(r.get("bucket")), str(r.get("key")), "", ended) for r in _raw_rows(frame)
+    ]
+
+
+def _download_rows(frame: pd.DataFrame, job: Job) -> list[dict[str, Any]]:
+    """The partition's rows, downloaded (or skipped, or failed)."""
     dest = Path(job.dest_dir)
     store = _store(dest, job.run_id)
     rows: list[dict[str, Any]] = []
@@ -145,10 +164,7 @@ def run_partition(frame: pd.DataFrame, job: Job) -> pd.DataFrame:
             logger.warning("could not journal the directories of run %s: %s", job.run_id, exc)
         results = runtime().run(_download(requests, job, extra_args, store))
         rows.extend(_result_row(result) for result in results)
-    worker, finished = _worker_name(), time.time()
-    for row in rows:
-        row.update(worker=worker, started=started, finished=finished)
-    return result_frame(rows)
+    return rows
 
 
 async def _download(

@@ -11,17 +11,28 @@ the temp files named with that run's id, then the journals.
 
 So a concurrent run, a CLI or library download into the same tree, and a real
 object whose name looks like a temp file are never touched.
+
+Dask may still run a partition once the run's results are in: when a dead worker
+took a partition's input with it, the partition runs again elsewhere while a worker
+that had already started it goes on (Dask cannot stop a running task, only forget
+it), and a task queued on a worker may start before the worker hears it is no
+longer wanted. Such a stray would journal after the sweep, or still be writing when
+``download_manifest`` returns. So the run first ends on every worker (``end_run``):
+none of its partitions starts there after that, and those still running are waited
+for; only then does each host sweep.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
 import re
 import socket
 import threading
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Iterable, Iterator
 from pathlib import Path, PurePosixPath
 
 from ..writer import is_temp_file
@@ -30,6 +41,46 @@ JOURNAL_DIR = ".asyncdl-runs"
 _SUFFIX = ".dirs"
 _RUN = re.compile(r"[0-9a-f]+")
 _lock = threading.Lock()
+
+_runs_lock = threading.Lock()
+#: Partitions of each run running in this process.
+_running: Counter[str] = Counter()
+#: Runs this process was told have ended: a few bytes per run, kept for the process's life.
+_ended: set[str] = set()
+
+
+@contextlib.contextmanager
+def partition_of(run_id: str) -> Iterator[bool]:
+    """Held while a partition of run ``run_id`` runs in this process; ``False`` if the
+    run has already ended (then the partition must write nothing)."""
+    with _runs_lock:
+        live = run_id not in _ended
+        if live:
+            _running[run_id] += 1
+    try:
+        yield live
+    finally:
+        if live:
+            with _runs_lock:
+                _running[run_id] -= 1
+                if not _running[run_id]:
+                    del _running[run_id]
+
+
+async def end_run(run_id: str | None) -> None:
+    """On a worker, once the run's results are in: no partition of ``run_id`` starts
+    here after this, and it returns when those still running here are done.
+    ``None`` (no run to end) returns at once."""
+    if run_id is None:
+        return
+    with _runs_lock:
+        _ended.add(run_id)
+    # On the worker's event loop: a stray partition runs in one of its threads.
+    while True:
+        with _runs_lock:
+            if not _running[run_id]:
+                return
+        await asyncio.sleep(0.05)
 
 
 def record_dirs(dest: Path, run_id: str, dirs: Iterable[Path]) -> None:
