@@ -489,3 +489,21 @@ def test_cp_url_usage_errors_exit_2_and_touch_nothing(
     assert "abc" not in result.stderr
     assert os.listdir(tmp_path) == []
     assert proxy.requests == []
+
+
+async def test_an_empty_object_and_its_size_probe(
+    s3: Any, bucket: str, proxy: TcpProxy, engine: asyncdl.Engine, tmp_path: Path
+) -> None:
+    """S3 answers any range of an empty object with 416: the download takes it in one
+    plain GET, and the one-byte probe that stands in for a HEAD reads size 0."""
+    s3.put_object(Bucket=bucket, Key="empty", Body=b"")
+    url = presign(proxy, bucket, "empty")
+    result = await engine.download_url(url, tmp_path / "empty")
+    assert (tmp_path / "empty").read_bytes() == b""
+    assert result.size == 0
+    meta = await engine._context.url_object(url).head()
+    assert meta.size == 0  # and the 416's ETag, which moto (as S3) does not send
+    s3.put_object(Bucket=bucket, Key="full", Body=b"12345")
+    meta = await engine._context.url_object(presign(proxy, bucket, "full")).head()
+    assert meta.size == 5
+    assert engine.stats().gets.client_error == 1  # the download's 416; the probe's is an answer

@@ -108,16 +108,19 @@ class UrlObject(S3Object):
 
     async def head(self, *, if_match: str | None = None) -> ObjectMeta:
         """Size and ETag from a GET of the first byte (a presigned GET URL refuses a
-        HEAD). An empty object answers any range with 416: size 0."""
+        HEAD). An empty object answers any range with 416: size 0, and the ETag if
+        that answer carries one (S3's does not)."""
         epoch = await self._budget.acquire()
         try:
             raw = await self._request(ByteRange(0, 1).header(), if_match)
             raw.release()
         except BaseException as exc:
-            self._failed(self.counts.gets, exc, epoch)
-            if isinstance(exc, ClientError) and _empty(exc):
+            if isinstance(exc, ClientError) and _empty(exc):  # an answer, and the right one
+                self.counts.gets[OK] += 1
+                self._budget.release_ok()
                 headers = exc.response["ResponseMetadata"]["HTTPHeaders"]
                 return ObjectMeta(size=0, etag=headers.get("etag"), headers=headers)
+            self._failed(self.counts.gets, exc, epoch)
             raise
         self.counts.gets[OK] += 1
         self._budget.release_ok()
