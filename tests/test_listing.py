@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -103,3 +105,25 @@ def test_dask_listing_retries_a_page_where_it_failed(
     assert list(frame["size"]) == [len(files[key]) for key in frame["key"]]
     seen = listings(proxy)
     assert [seen.count(page) for page in dict.fromkeys(seen)] == [1, 3]
+
+
+async def test_the_next_page_is_asked_for_while_this_one_is_worked_on(
+    engine: asyncdl.Engine, s3: Any, bucket: str, proxy: TcpProxy
+) -> None:
+    """One page ahead, no more; closing the listing early asks for nothing further."""
+    from asyncdl.listing import list_pages  # noqa: PLC0415 - the module under test
+
+    put_many(s3, bucket, {f"p/{i}": b"x" for i in range(7)})
+    pages = list_pages(engine.client, engine.config, bucket=bucket, prefix="p/", page_size=2)
+    async with contextlib.aclosing(pages):
+        first = await anext(pages)
+        assert [entry["Key"] for entry in first["Contents"]] == ["p/0", "p/1"]
+        for _ in range(500):  # page 2 goes out while page 1 is still in hand
+            if len(listings(proxy)) == 2:
+                break
+            await asyncio.sleep(0.01)
+        assert len(listings(proxy)) == 2
+        second = await anext(pages)
+        assert [entry["Key"] for entry in second["Contents"]] == ["p/2", "p/3"]
+    await asyncio.sleep(0.2)
+    assert len(listings(proxy)) <= 3  # page 3 was cancelled (or had answered): no page 4
