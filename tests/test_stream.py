@@ -349,3 +349,26 @@ async def test_a_streams_first_get_is_retried_as_a_downloads_first_request_is(
     gets = [r for r in proxy.requests if r.method == "GET"]
     assert len(gets) == 4 + 1  # the first GET twice, then the three other parts
     assert engine.stats().retries == 1
+
+
+async def test_a_streams_bytes_are_handed_on_as_they_arrive(
+    engine: asyncdl.Engine, s3: Any, bucket: str, proxy: TcpProxy
+) -> None:
+    """A part's bytes reach the reader as the network delivers them, not once the part
+    has gathered a file write's worth (a served stream's first byte would wait)."""
+    data = payload(3 * CHUNK)
+    s3.put_object(Bucket=bucket, Key="k", Body=data)
+    stalled: list[RequestRecord] = []
+
+    def stall_first_part(request: RequestRecord) -> Fault | None:
+        if request.method == "GET" and not stalled:
+            stalled.append(request)
+            return Fault(cut_after=20_000, stall=10.0)
+        return None
+
+    proxy.rule = stall_first_part
+    async with engine.stream(bucket, "k") as stream:
+        first = await asyncio.wait_for(anext(stream), timeout=5.0)  # not after the stall
+        assert 0 < len(first) <= 20_000
+        assert first == data[: len(first)]
+        assert stalled

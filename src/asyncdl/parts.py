@@ -70,6 +70,9 @@ class Fetch:
     #: bytes are gone to the reader): an unpinned part (no ETag) is then started over
     #: after a failure, else the failure ends it.
     rewritable: bool = True
+    #: Hand each piece to the sink as it arrives (a stream's reader waits for it), not
+    #: a write's worth at a time (one vectored write per ``write_target`` to a file).
+    each_piece: bool = False
 
 
 @dataclass(slots=True)
@@ -105,7 +108,9 @@ async def fetch_into(
     """Fetch bytes ``[start, end)`` into ``sink`` (each byte once), with the same
     retries and resumption as a download's parts; without an ETag to pin a resumed
     range to, a failure ends it."""
-    fetch = Fetch(ctx, obj, sink, etag, size, Verifier("off", None), Reporter(None), False)
+    fetch = Fetch(
+        ctx, obj, sink, etag, size, Verifier("off", None), Reporter(None), False, each_piece=True
+    )
     await fetch_part(fetch, Part(start, end), response)
 
 
@@ -347,6 +352,7 @@ async def _drain(fetch: Fetch, response: Response, part: Part) -> None:
     if limit > part.end:
         raise obj.error(f"server sent bytes up to {limit}, past the expected end {part.end}")
     target = write_target(config)
+    flush_at = 1 if fetch.each_piece else target
     with BodyReader(response.body, config.read_timeout, target, fetch.ctx.bandwidth) as reader:
         writes = _Writes(fetch, part, reader)
         skip = part.pos - body_start
@@ -361,7 +367,7 @@ async def _drain(fetch: Fetch, response: Response, part: Part) -> None:
         try:
             while chunk := await reader.read():
                 writes.add(chunk, limit)
-                if writes.size >= target:
+                if writes.size >= flush_at:
                     del chunk  # held by the write only: it is freed when written
                     await writes.flush()
         except Exception:
