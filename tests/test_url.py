@@ -32,6 +32,7 @@ from click.testing import CliRunner
 
 import asyncdl
 from asyncdl.cli import cli
+from asyncdl.testing.moto_server import FAKE_ENV
 from asyncdl.testing.tcp_proxy import Fault, RequestRecord, TcpProxy
 from asyncdl.verify import NO_URL_CHECKSUM
 
@@ -507,3 +508,29 @@ async def test_an_empty_object_and_its_size_probe(
     meta = await engine._context.url_object(presign(proxy, bucket, "full")).head()
     assert meta.size == 5
     assert engine.stats().gets.client_error == 1  # the download's 416; the probe's is an answer
+
+
+async def test_no_credentials_are_needed(
+    s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no AWS credentials anywhere, an engine (its own default client) and the
+    command download a presigned URL: nothing asks for credentials, or sends any."""
+    body = payload(2 * CHUNK + 1)
+    s3.put_object(Bucket=bucket, Key="k", Body=body)
+    url = presign(proxy, bucket, "k")
+    for name in FAKE_ENV:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    config = asyncdl.TransferConfig(chunk_size=CHUNK)
+    async with asyncdl.Engine(config=config) as engine:
+        await engine.download_url(url, tmp_path / "lib")
+    assert (tmp_path / "lib").read_bytes() == body
+    result = await asyncio.to_thread(
+        CliRunner().invoke, cli, ["cp", url, str(tmp_path / "cli"), "--chunk-size", "64KiB"]
+    )
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "cli").read_bytes() == body
+    assert len(proxy.requests) == 6
+    assert not any("authorization" in r.headers for r in proxy.requests)
