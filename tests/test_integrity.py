@@ -73,8 +73,16 @@ def test_known_values() -> None:
 def test_parsing() -> None:
     assert parse_checksum("crc64nvme:jSnVw/bqjr4=") == ExpectedChecksum("CRC64NVME", "jSnVw/bqjr4=")
     assert parse_checksum("CRC32:28PLQA==-2").composite
-    for bad in ["CRC32", "MD5:abc=", "CRC32:not base64!"]:
-        with pytest.raises(ValueError, match=r"checksum|base64"):
+    for bad in [
+        "CRC32",
+        "MD5:abc=",
+        "CRC32:not base64!",
+        "CRC32:nope",  # base64, but 3 bytes: no CRC32 is
+        "CRC64NVME:28PLQA==",  # a CRC32's 4 bytes
+        "SHA256:28PLQA==-2",
+        "CRC32:-2",
+    ]:
+        with pytest.raises(ValueError, match=r"checksum|base64|bytes"):
             parse_checksum(bad)
     headers = {"x-amz-checksum-crc32": "DUoRhQ==", "x-amz-checksum-type": "FULL_OBJECT"}
     assert from_headers(headers, '"abc"') == ExpectedChecksum("CRC32", "DUoRhQ==")

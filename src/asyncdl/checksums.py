@@ -41,6 +41,8 @@ _CRC: dict[str, tuple[Callable[[bytes, int], int], Callable[[int, int, int], int
     "CRC64NVME": (crt.crc64nvme, crt.combine_crc64nvme, 8),
 }
 _SHA = {"SHA1": "sha1", "SHA256": "sha256"}
+#: The bytes of each algorithm's value (what S3 base64-encodes).
+_DIGEST_BYTES = {"CRC32": 4, "CRC32C": 4, "CRC64NVME": 8, "SHA1": 20, "SHA256": 32}
 _COMPOSITE = re.compile(r"(.+)-(\d+)")
 
 
@@ -77,7 +79,18 @@ def parse_checksum(text: str) -> ExpectedChecksum:
     algorithm = algorithm.strip().upper()
     if not sep or algorithm not in ALGORITHMS:
         raise ValueError(f"checksum must look like 'CRC64NVME:base64', one of {ALGORITHMS}")
-    return _make(algorithm, value.strip(), None)
+    checksum = _make(algorithm, value.strip(), None)
+    # A value of the wrong length would only fail later, as a mismatch of good bytes.
+    try:
+        length = len(base64.b64decode(checksum.value, validate=True))
+    except binascii.Error:
+        raise ValueError(f"{algorithm} checksum {checksum.value!r} is not base64") from None
+    if length != _DIGEST_BYTES[algorithm]:
+        raise ValueError(
+            f"a {algorithm} checksum is {_DIGEST_BYTES[algorithm]} bytes (base64), "
+            f"{checksum.value!r} is {length}"
+        )
+    return checksum
 
 
 def from_headers(headers: Mapping[str, str], etag: str | None) -> ExpectedChecksum | None:
