@@ -7,6 +7,7 @@ import base64
 import hashlib
 import itertools
 import os
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -546,3 +547,28 @@ async def test_parts_that_start_before_the_head_answers_are_not_read_back(
     assert (tmp_path / "k").read_bytes() == data
     assert result.verified, result.unverified_reason
     assert read_back == []
+
+
+async def test_the_fresh_attempt_from_a_server_that_ignores_range_is_one_get(
+    s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path
+) -> None:
+    """The first answer was the whole object (Range ignored); after a mismatch the
+    fresh attempt asks for it whole again, not by ranges the server would not serve."""
+    data = payload(3 * CHUNK + 5)
+    s3.put_object(Bucket=bucket, Key="k", Body=data)
+    crc = base64.b64encode(zlib.crc32(data).to_bytes(4, "big")).decode()
+    corrupted: list[RequestRecord] = []
+
+    def rule(request: RequestRecord) -> Fault:
+        if not corrupted:  # the first answer only
+            corrupted.append(request)
+            return Fault(headers={"range": None}, corrupt_at=100)
+        return Fault(headers={"range": None})
+
+    proxy.rule = rule
+    config = asyncdl.TransferConfig(chunk_size=CHUNK)
+    async with make_client(proxy.url) as client, asyncdl.Engine(client, config=config) as engine:
+        result = await engine.download(bucket, "k", tmp_path / "k", checksum=f"CRC32:{crc}")
+    assert (tmp_path / "k").read_bytes() == data
+    assert (result.verified, result.requests) == (True, 2)
+    assert [r.headers.get("range") for r in proxy.requests] == [f"bytes=0-{CHUNK - 1}", None]

@@ -31,6 +31,15 @@ class Discovery:
     checksum: ExpectedChecksum | None = None
     #: A HEAD still in flight that will bring the checksum (``validate="required"``).
     checksum_head: asyncio.Task[ObjectMeta] | None = None
+    #: Fetch the object in one plain GET whatever its size: the server ignores Range.
+    whole: bool = False
+
+    @property
+    def range_ignored(self) -> bool:
+        """The first answer was the whole object where a range was asked for (or the
+        strategy asked for the whole): the server may not serve ranges."""
+        first = self.first
+        return first is not None and first.status == 200 and first.content_range is None
 
 
 @runtime_checkable

@@ -143,7 +143,8 @@ async def _fetch_verified(
         )
     await progress.rewind()  # the fresh attempt fetches every byte again
     found.adopt, found.reused = False, 0
-    fresh = Discovery(size=discovery.size, etag=discovery.etag)
+    # From a server that ignored Range, the object again in one GET: not by ranges.
+    fresh = Discovery(size=discovery.size, etag=discovery.etag, whole=discovery.range_ignored)
     verifier = Verifier(policy, verifier.expected)
     fetched = await _fetch(ctx, obj, job, fresh, verifier=verifier, progress=progress, found=found)
     return fresh, *fetched
@@ -255,7 +256,7 @@ async def _fetch(
         one_plain_get = (
             first is None
             and not discovery.complete
-            and size <= config.chunk_size
+            and (size <= config.chunk_size or discovery.whole)
             # A COMPOSITE checksum is checked only along upload parts, not in one GET.
             and not (verifier.wants_parts and size > 0)
         )
