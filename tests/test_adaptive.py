@@ -167,3 +167,29 @@ async def test_a_429_is_retried_and_lowers_the_limit(
     stats = engine.stats()
     assert (stats.gets.throttled, stats.limit_cuts) == (1, 1)
     assert stats.concurrency_limit < engine.config.max_concurrency
+
+
+async def test_a_listing_page_holds_a_slot_and_a_throttled_one_lowers_the_limit(
+    bucket: str, proxy: TcpProxy
+) -> None:
+    """S3 rates a prefix's LISTs and GETs together: a page request takes a slot of the
+    budget as a GET does, and its SlowDown cuts the limit as a GET's would."""
+    from asyncdl.listing import list_pages  # noqa: PLC0415 - the module under test
+
+    put_in_backend(bucket, {f"p/k{i}": b"x" for i in range(3)})
+    answers = iter([Fault(status=503, error_code="SlowDown"), Fault(delay=0.3)])
+    proxy.rule = lambda request: next(answers, None) if "list-type" in request.path else None
+    budget = Budget(4)
+    config = asyncdl.TransferConfig(backoff_base=0.01)
+    held = []
+    async with make_client(proxy.url) as client:
+        pages = list_pages(client, config, bucket=bucket, prefix="p/", budget=budget)
+        listing = asyncio.create_task(anext(pages))
+        while not listing.done():  # the slow (second) attempt is in flight
+            held.append(budget.in_flight)
+            await asyncio.sleep(0.01)
+        page = listing.result()
+        await pages.aclose()
+    assert len(page["Contents"]) == 3
+    assert max(held) == 1
+    assert (budget.cuts, budget.limit, budget.in_flight) == (1, 2, 0)

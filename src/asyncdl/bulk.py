@@ -18,6 +18,7 @@ from typing import Any
 from aiofiles.os import wrap
 
 from . import jobs, transfer
+from .adaptive import Budget
 from .config import TransferConfig, is_int_at_least
 from .context import Context
 from .errors import DownloadError, InvalidRequestError, translate
@@ -351,13 +352,20 @@ async def list_prefix(
     filters: Filters | None,
     extra_args: ExtraArgs | None,
     counters: Counters | None = None,
+    budget: Budget | None = None,
 ) -> AsyncGenerator[Listed]:
     """The objects in the folder ``prefix`` (ending in ``/``, or empty) that ``filters``
     include, folder markers left out, each with its place; nothing is written. A
     listing that fails raises its ``DownloadError``."""
     params = {name: extra_args[name] for name in _LIST_ARGS if extra_args and name in extra_args}
     pages = list_pages(
-        client, config, bucket=bucket, prefix=prefix, params=params, counters=counters
+        client,
+        config,
+        bucket=bucket,
+        prefix=prefix,
+        params=params,
+        counters=counters,
+        budget=budget,
     )
     with _translated(bucket, prefix):
         async for page in pages:
@@ -404,6 +412,7 @@ async def _list_requests(
         filters=filters,
         extra_args=extra_args,
         counters=ctx.counters,
+        budget=ctx.budget,
     )
     # A directory that cannot be made (the root, say) fails the listing, as a page would.
     with _translated(bucket, prefix):

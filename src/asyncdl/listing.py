@@ -12,10 +12,11 @@ import asyncio
 from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
+from .adaptive import Budget
 from .config import TransferConfig
 from .errors import DownloadError
 from .retry import after_failure
-from .stats import OK, Counters, outcome
+from .stats import OK, THROTTLED, Counters, outcome
 
 
 async def list_pages(
@@ -28,14 +29,16 @@ async def list_pages(
     params: Mapping[str, object] | None = None,
     page_size: int | None = None,
     counters: Counters | None = None,
+    budget: Budget | None = None,
 ) -> AsyncGenerator[dict[str, Any]]:
     """Every page of ``s3://bucket/prefix`` (``params``: RequestPayer and such), in order.
 
     ``page_size`` is ListObjectsV2's MaxKeys (S3 gives 1,000 without it). When a page
     runs out of attempts or fails for good, its error is raised as a ``DownloadError``
     whose key is the prefix. Each page asked for is counted in ``counters`` (an
-    engine's stats), by its outcome; LISTs take no slot of the engine's budget, so a
-    throttled page does not lower its limit (the retry backs off as any does).
+    engine's stats), by its outcome. With an engine's ``budget`` each page request
+    holds one of its slots, as a GET does, and a throttled page lowers its limit: S3
+    rates LISTs and GETs of a prefix together.
 
     The next page is asked for as soon as a page arrives, while its keys are worked
     on: a bulk download of many pages would otherwise stall at each page's end for a
@@ -52,10 +55,16 @@ async def list_pages(
     async def fetch(page_request: dict[str, Any]) -> dict[str, Any]:
         failures = 0
         while True:
+            epoch = await budget.acquire() if budget is not None else 0
             try:
                 page: dict[str, Any] = await client.list_objects_v2(**page_request)
             except BaseException as exc:
-                counts[outcome(exc)] += 1
+                where = outcome(exc)
+                counts[where] += 1
+                if budget is not None:
+                    if where == THROTTLED:
+                        budget.throttled(epoch)
+                    budget.release()
                 if not isinstance(exc, Exception):
                     raise
                 failures = await after_failure(
@@ -69,6 +78,8 @@ async def list_pages(
                 )
                 continue
             counts[OK] += 1
+            if budget is not None:
+                budget.release_ok()
             return page
 
     ahead: asyncio.Task[dict[str, Any]] | None = None
