@@ -42,7 +42,7 @@ _validate_option = click.option(
     "-r",
     "--recursive",
     is_flag=True,
-    help="Copy every object under the S3_URL prefix into the directory DEST.",
+    help="Copy every object under the SOURCE prefix (s3://) into the directory DEST.",
 )
 @click.option(
     "--strategy",
