@@ -41,8 +41,6 @@ _CRC: dict[str, tuple[Callable[[bytes, int], int], Callable[[int, int, int], int
     "CRC64NVME": (crt.crc64nvme, crt.combine_crc64nvme, 8),
 }
 _SHA = {"SHA1": "sha1", "SHA256": "sha256"}
-#: The bytes of each algorithm's value (what S3 base64-encodes).
-_DIGEST_BYTES = {"CRC32": 4, "CRC32C": 4, "CRC64NVME": 8, "SHA1": 20, "SHA256": 32}
 _COMPOSITE = re.compile(r"(.+)-(\d+)")
 
 
@@ -85,10 +83,10 @@ def parse_checksum(text: str) -> ExpectedChecksum:
         length = len(base64.b64decode(checksum.value, validate=True))
     except binascii.Error:
         raise ValueError(f"{algorithm} checksum {checksum.value!r} is not base64") from None
-    if length != _DIGEST_BYTES[algorithm]:
+    expected = _CRC[algorithm][2] if algorithm in _CRC else hashlib.new(_SHA[algorithm]).digest_size
+    if length != expected:
         raise ValueError(
-            f"a {algorithm} checksum is {_DIGEST_BYTES[algorithm]} bytes (base64), "
-            f"{checksum.value!r} is {length}"
+            f"a {algorithm} checksum is {expected} bytes (base64), {checksum.value!r} is {length}"
         )
     return checksum
 

@@ -31,8 +31,7 @@ async def create_default_client(
     for a client nobody else sees (the command's): others expect datetimes.
     """
     client_config = AioConfig(
-        # aiobotocore's default pool of 10 would queue an engine's extra requests.
-        max_pool_connections=max(10, config.max_concurrency),
+        max_pool_connections=pool_size(config),
         # The engine decides what it validates; botocore's default would ask every
         # GET for checksums, which third-party stores have broken on.
         response_checksum_validation="when_required",
@@ -53,6 +52,12 @@ async def create_default_client(
     return await stack.enter_async_context(
         session.create_client("s3", config=client_config, endpoint_url=endpoint_url)
     )
+
+
+def pool_size(config: TransferConfig) -> int:
+    """Connections an engine's HTTP pool keeps: its budget's (aiobotocore's default
+    of 10 would queue an engine's extra requests), never fewer than that default."""
+    return max(10, config.max_concurrency)
 
 
 def _as_text(value: str) -> str:

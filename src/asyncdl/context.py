@@ -17,6 +17,7 @@ from aiobotocore.httpsession import AIOHTTPSession
 
 from .adaptive import Budget
 from .bandwidth import TokenBucket
+from .clients import pool_size
 from .config import TransferConfig
 from .lean_send import Route, route_for
 from .request_args import ExtraArgs
@@ -87,7 +88,7 @@ class Context:
         if self._url_session is None:
             config = self.config
             self._url_session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=max(10, config.max_concurrency)),
+                connector=aiohttp.TCPConnector(limit=pool_size(config)),
                 timeout=aiohttp.ClientTimeout(
                     sock_connect=config.connect_timeout, sock_read=config.read_timeout
                 ),
