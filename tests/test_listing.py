@@ -127,3 +127,41 @@ async def test_the_next_page_is_asked_for_while_this_one_is_worked_on(
         assert [entry["Key"] for entry in second["Contents"]] == ["p/2", "p/3"]
     await asyncio.sleep(0.2)
     assert len(listings(proxy)) <= 3  # page 3 was cancelled (or had answered): no page 4
+
+
+async def test_engine_list_pages_is_retried_counted_and_holds_a_slot(
+    engine: asyncdl.Engine, s3: Any, bucket: str, proxy: TcpProxy
+) -> None:
+    keys = [f"p/{i}" for i in range(3)] + ["p/d/x"]
+    put_many(s3, bucket, dict.fromkeys(keys, b"x"))
+    fail_pages(proxy, {1: [Fault(status=503, error_code="SlowDown")]})
+    limit = engine.stats().concurrency_limit
+
+    listing = engine.list_pages(bucket, "p/", delimiter="/", params={"MaxKeys": 2})
+    async with contextlib.aclosing(listing) as pages:
+        got = [page async for page in pages]
+
+    assert [e["Key"] for page in got for e in page.get("Contents", ())] == keys[:3]
+    assert [c["Prefix"] for page in got for c in page.get("CommonPrefixes", ())] == ["p/d/"]
+    stats = engine.stats()
+    assert (stats.lists.throttled, stats.lists.ok) == (1, len(got))
+    assert stats.lists.total == len(listings(proxy)) == len(got) + 1
+    assert stats.limit_cuts == 1  # the page held a slot of the budget: its throttle counts
+    assert stats.concurrency_limit < limit
+    assert all("max-keys=2" in page and "delimiter=%2F" in page for page in listings(proxy))
+
+
+def test_the_dask_listing_is_counted_in_its_workers_engine(
+    own_runtime: None, s3: Any, bucket: str, proxy: TcpProxy
+) -> None:
+    put_many(s3, bucket, {"p/a": b"a", "p/b": b"b"})
+    fail_pages(proxy, {1: [Fault(status=503, error_code="SlowDown")]})
+    config = asyncdl.TransferConfig(backoff_base=0.01)
+
+    frame = list_all(bucket, "p/", config, {})
+
+    assert sorted(frame["key"]) == ["p/a", "p/b"]
+    worker = _runtime.runtime()
+    stats = worker.run(worker.engine(config)).stats()
+    assert (stats.lists.throttled, stats.lists.ok) == (1, 1) == (1, len(listings(proxy)) - 1)
+    assert stats.limit_cuts == 1  # the page held a slot of the worker's budget

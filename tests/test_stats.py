@@ -101,8 +101,9 @@ async def test_heads_and_listing_pages_are_counted(
     assert stats.gets.ok == len(gets(proxy)) == 5
     assert stats.retries == 1
     assert stats.requests == len(proxy.requests)
-    # A LIST takes no slot of the budget: its throttle does not lower the limit.
-    assert stats.concurrency_limit == 4
+    # A LIST holds a slot of the budget and its throttle cuts the limit (4 -> 2), as a
+    # GET's would; the five GETs that follow grow it back (one per limit successes).
+    assert (stats.limit_cuts, stats.concurrency_limit) == (1, 4)
     assert stats.objects_done == 5
 
 

@@ -358,6 +358,17 @@ def test_a_failed_object_exits_1_and_the_others_are_synced(
     assert sent(proxy) == [f"GET /{seeded}/p/c"]
 
 
+def test_a_dry_runs_listing_is_counted_in_the_stats(
+    seeded: str, proxy: TcpProxy, tmp_path: Path
+) -> None:
+    result = sync(proxy, "--dry-run", "--debug", f"s3://{seeded}/p", str(tmp_path / "d"))
+    assert result.exit_code == 0, result.stderr
+    stats = [line for line in result.stderr.splitlines() if line.startswith("stats: ")]
+    assert listings(proxy) == 1
+    assert stats[0] == "stats: requests: 1"
+    assert any(line.startswith("stats:   LIST: 1 (ok 1,") for line in stats), stats
+
+
 def test_a_failed_listing_removes_nothing(seeded: str, proxy: TcpProxy, tmp_path: Path) -> None:
     assert sync(proxy, f"s3://{seeded}/p/", str(tmp_path)).exit_code == 0
     before = tree(tmp_path)

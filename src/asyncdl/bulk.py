@@ -18,8 +18,7 @@ from typing import Any
 from aiofiles.os import wrap
 
 from . import jobs, transfer
-from .adaptive import Budget
-from .config import TransferConfig, is_int_at_least
+from .config import is_int_at_least
 from .context import Context
 from .errors import DownloadError, InvalidRequestError, translate
 from .file_records import SKIP_MODES, Skips
@@ -30,7 +29,6 @@ from .listing import list_pages
 from .progress import ProgressCallback
 from .request_args import ExtraArgs, redacted
 from .results import DownloadResult
-from .stats import Counters
 from .strategies import Strategy
 
 
@@ -344,42 +342,29 @@ class Listed:
 
 
 async def list_prefix(
-    client: Any,
-    config: TransferConfig,
+    pages: AsyncGenerator[dict[str, Any]],
     *,
     bucket: str,
     prefix: str,
     filters: Filters | None,
-    extra_args: ExtraArgs | None,
-    counters: Counters | None = None,
-    budget: Budget | None = None,
 ) -> AsyncGenerator[Listed]:
-    """The objects in the folder ``prefix`` (ending in ``/``, or empty) that ``filters``
-    include, folder markers left out, each with its place; nothing is written. A
-    listing that fails raises its ``DownloadError``."""
-    params = {name: extra_args[name] for name in _LIST_ARGS if extra_args and name in extra_args}
-    pages = list_pages(
-        client,
-        config,
-        bucket=bucket,
-        prefix=prefix,
-        params=params,
-        counters=counters,
-        budget=budget,
-    )
+    """The objects in ``pages``, the listing of the folder ``prefix`` (ending in ``/``,
+    or empty), that ``filters`` include, folder markers left out, each with its place;
+    nothing is written. A listing that fails raises its ``DownloadError``."""
     with _translated(bucket, prefix):
-        async for page in pages:
-            for entry in page.get("Contents", ()):
-                key, size = entry["Key"], int(entry["Size"])
-                if key.endswith("/") and size == 0:
-                    continue  # a folder marker, not a file
-                if filters is not None and not filters.includes(key[len(prefix) :]):
-                    continue
-                try:
-                    relative, refusal = relative_path(key, prefix), None
-                except ValueError as exc:
-                    relative, refusal = None, str(exc)
-                yield Listed(key, size, entry.get("ETag"), relative, refusal)
+        async with contextlib.aclosing(pages):  # closed early: the page ahead is cancelled
+            async for page in pages:
+                for entry in page.get("Contents", ()):
+                    key, size = entry["Key"], int(entry["Size"])
+                    if key.endswith("/") and size == 0:
+                        continue  # a folder marker, not a file
+                    if filters is not None and not filters.includes(key[len(prefix) :]):
+                        continue
+                    try:
+                        relative, refusal = relative_path(key, prefix), None
+                    except ValueError as exc:
+                        relative, refusal = None, str(exc)
+                    yield Listed(key, size, entry.get("ETag"), relative, refusal)
 
 
 @contextlib.contextmanager
@@ -404,16 +389,17 @@ async def _list_requests(
     filters: Filters | None,
     skips: Skips | None,
 ) -> AsyncGenerator[DownloadRequest | DownloadResult]:
-    listing = list_prefix(
+    params = {name: extra_args[name] for name in _LIST_ARGS if extra_args and name in extra_args}
+    pages = list_pages(
         ctx.client,
         ctx.config,
         bucket=bucket,
         prefix=prefix,
-        filters=filters,
-        extra_args=extra_args,
+        params=params,
         counters=ctx.counters,
         budget=ctx.budget,
     )
+    listing = list_prefix(pages, bucket=bucket, prefix=prefix, filters=filters)
     # A directory that cannot be made (the root, say) fails the listing, as a page would.
     with _translated(bucket, prefix):
         async with contextlib.aclosing(listing):

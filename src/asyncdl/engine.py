@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import AsyncGenerator, AsyncIterable, Iterable
+from collections.abc import AsyncGenerator, AsyncIterable, Iterable, Mapping
 from contextlib import AsyncExitStack
 from types import TracebackType
 from typing import Any, Self
@@ -21,6 +21,7 @@ from .clients import create_default_client
 from .config import TransferConfig, is_int_at_least
 from .context import Context
 from .errors import DownloadError, InvalidRequestError
+from .listing import list_pages
 from .object_info import ObjectInfo, head
 from .progress import ProgressCallback, with_total
 from .request_args import ExtraArgs
@@ -260,6 +261,32 @@ class Engine:
         """One HEAD request (the object's size, ETag and headers), through the engine's
         budget; a missing object raises ``ObjectNotFoundError``."""
         return await head(self._context, bucket, key, extra_args)
+
+    def list_pages(
+        self,
+        bucket: str,
+        prefix: str = "",
+        *,
+        delimiter: str | None = None,
+        params: Mapping[str, object] | None = None,
+    ) -> AsyncGenerator[dict[str, Any]]:
+        """ListObjectsV2's pages of ``s3://bucket/prefix``, as the engine's own bulk
+        downloads list: a page that fails is retried from its ContinuationToken, each
+        page holds a slot of the budget (a throttled one lowers the adaptive limit) and
+        is counted in :meth:`stats`. ``params``: ListObjectsV2's other arguments
+        (RequestPayer, ExpectedBucketOwner, ...). Close it (``contextlib.aclosing``) when
+        stopping early: the next page is already asked for."""
+        ctx = self._context
+        return list_pages(
+            ctx.client,
+            ctx.config,
+            bucket=bucket,
+            prefix=prefix,
+            delimiter=delimiter,
+            params=params,
+            counters=ctx.counters,
+            budget=ctx.budget,
+        )
 
     async def read_bytes(
         self,

@@ -73,14 +73,12 @@ async def _plan(settings: Settings, job: SyncJob, output: Output) -> tuple[bool,
     listed: set[str] = set()
     try:
         await skips.load()
-        async with _open_engine(settings) as engine:
+        async with _open_engine(settings, output) as engine:
             items = list_prefix(
-                engine.client,
-                engine.config,
+                engine.list_pages(job.bucket, job.prefix),
                 bucket=job.bucket,
                 prefix=job.prefix,
                 filters=compile_filters(job.filters),
-                extra_args=None,
             )
             async with contextlib.aclosing(items):
                 async for item in items:

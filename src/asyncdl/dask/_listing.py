@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 
 import pandas as pd
 
 from ..config import TransferConfig
 from ..errors import translate
-from ..listing import list_pages
 from ._errors import ManifestError
 from ._runtime import runtime
 
@@ -53,23 +53,17 @@ async def _list(
     prefixes: list[str] = []
     try:
         engine = await runtime().engine(config)
-        pages = list_pages(
-            engine.client,
-            config,
-            bucket=bucket,
-            prefix=prefix,
-            delimiter=delimiter,
-            params=list_args,
-        )
-        async for page in pages:
-            for entry in page.get("Contents", ()):
-                key, size = entry["Key"], int(entry["Size"])
-                if key.endswith("/") and size == 0:
-                    continue  # a folder marker, not a file
-                keys.append(key)
-                sizes.append(size)
-                etags.append(entry.get("ETag"))
-            prefixes.extend(common["Prefix"] for common in page.get("CommonPrefixes", ()))
+        listing = engine.list_pages(bucket, prefix, delimiter=delimiter, params=list_args)
+        async with contextlib.aclosing(listing) as pages:
+            async for page in pages:
+                for entry in page.get("Contents", ()):
+                    key, size = entry["Key"], int(entry["Size"])
+                    if key.endswith("/") and size == 0:
+                        continue  # a folder marker, not a file
+                    keys.append(key)
+                    sizes.append(size)
+                    etags.append(entry.get("ETag"))
+                prefixes.extend(common["Prefix"] for common in page.get("CommonPrefixes", ()))
     except Exception as exc:
         # asyncdl's errors take keyword arguments, which do not survive the pickling
         # back to the client; the message (with the S3 error) does.
