@@ -261,6 +261,13 @@ def asyncdl_cli_command(job: Job) -> list[str]:
     return [*command, "--concurrency", str(job.concurrency), "--endpoint-url", job.endpoint]
 
 
+def aiobotocore_cp_command(job: Job) -> list[str]:
+    """The least a command built on asyncdl's stack can do (benchmarks/aiobotocore_cp.py)."""
+    script = str(Path(__file__).with_name("aiobotocore_cp.py"))
+    command = [sys.executable, script, job.endpoint, f"s3://{job.bucket}/{PREFIX}", str(job.dest)]
+    return [*command, "--concurrency", str(job.concurrency)]
+
+
 def run_command(job: Job, meter: Meter, command: Callable[[Job], list[str]]) -> list[str]:
     """Run a whole command; its wall time, CPU and peak RSS are the child's own.
 
@@ -313,10 +320,11 @@ RUNNERS: dict[str, Callable[[Job, Meter], list[str]]] = {
     "plain-get": lambda job, m: asyncio.run(run_aiobotocore(job, m, stream=True)),
     "obstore": lambda job, m: asyncio.run(run_obstore(job, m)),
     "s5cmd": partial(run_command, command=s5cmd_command),
+    "aiobotocore-cp": partial(run_command, command=aiobotocore_cp_command),
 }
 CLIENTS = tuple(RUNNERS)
 #: Whole commands: their figures include start-up (imports, the Go runtime).
-COMMANDS = ("asyncdl-cli", "s5cmd")
+COMMANDS = ("asyncdl-cli", "s5cmd", "aiobotocore-cp")
 
 
 def peak_rss_kib() -> int:

@@ -47,12 +47,16 @@ def timed(argv: list[str], cwd: str) -> tuple[float, float, float]:
 def commands(endpoint: str, bucket: str) -> dict[str, list[str]]:
     asyncdl, s5cmd = executable("asyncdl"), executable("s5cmd")
     url = f"s3://{bucket}/{key_name(0)}"
+    # The floor under asyncdl's start-up: the stack it is built on, doing the least.
+    floor = [sys.executable, str(Path(__file__).with_name("aiobotocore_cp.py")), endpoint]
     return {
         "asyncdl --help": [asyncdl, "--help"],
         "s5cmd --help": [s5cmd, "--help"],
         "python -c 'import asyncdl'": [sys.executable, "-c", "import asyncdl"],
         "asyncdl cp (1 KiB)": [asyncdl, "cp", url, "x", "--endpoint-url", endpoint],
         "s5cmd cp (1 KiB)": [s5cmd, "--endpoint-url", endpoint, "cp", url, "x"],
+        "aiobotocore: client only": [*floor, "--client-only"],
+        "aiobotocore: cp (1 KiB)": [*floor, url, "x"],
     }
 
 
