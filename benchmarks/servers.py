@@ -96,7 +96,9 @@ def s3rver_command() -> list[str]:
         home.mkdir(parents=True, exist_ok=True)
         command = [npm, "install", "--prefix", str(home), "--no-audit", "--no-fund"]
         subprocess.run([*command, f"s3rver@{S3RVER_VERSION}"], check=True)
-    return [node, str(script)]
+    # s3rver's continuation tokens are DES-encrypted, which OpenSSL 3 (Node 17+) keeps
+    # in its legacy provider: without it every listing past 1000 keys is a 500.
+    return [node, "--openssl-legacy-provider", str(script)]
 
 
 @contextlib.contextmanager
