@@ -30,6 +30,7 @@ from asyncdl.writer import is_temp_file
 
 from .conftest import CHUNK, payload, temp_files
 from .spawn import sigint_ignored, spawned
+from .test_bulk import put_in_backend
 
 
 @pytest.fixture(autouse=True)
@@ -582,6 +583,31 @@ def test_cat_into_a_closed_pipe_stops_quietly(s3: Any, bucket: str, proxy: TcpPr
     _, err = running.communicate(timeout=60)
     assert running.returncode == 1
     assert err == b""
+
+
+@pytest.mark.parametrize("command", ["cp", "sync", "sync --dry-run"])
+def test_a_closed_pipe_stops_cp_and_sync_quietly(
+    command: str, s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path
+) -> None:
+    # `asyncdl cp -r ... | head -1`: as cat, the command stops once nobody reads its
+    # lines (a Unix tool killed by SIGPIPE would); it says nothing, leaves no temp
+    # file, and exits 1 (not every object was copied).
+    put_in_backend(bucket, {f"p/{i:03d}": payload(100, seed=i) for i in range(300)})
+    verb, *flags = command.split()
+    recursive = ["-r"] if verb == "cp" else []
+    dest = tmp_path / "d"
+    running = spawn(
+        verb, *recursive, *flags, "--concurrency", "2", "--endpoint-url", proxy.url,
+        f"s3://{bucket}/p/", str(dest),
+    )  # fmt: skip
+    assert running.stdout is not None
+    assert running.stdout.readline().split(b":")[0] in (b"download", b"(dryrun) download")
+    running.stdout.close()  # the reader goes away, as `| head -1` does
+    _, err = running.communicate(timeout=60)
+    assert (running.returncode, err.decode()) == (1, "")
+    copied = sorted(path.name for path in dest.iterdir()) if dest.exists() else []
+    assert len(copied) < 300  # it stopped
+    assert all(not name.startswith(".") for name in copied)  # no temp file left
 
 
 @pytest.fixture

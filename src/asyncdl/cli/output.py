@@ -9,6 +9,7 @@ or a log it would be noise.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import traceback
 from types import TracebackType
@@ -20,6 +21,22 @@ if TYPE_CHECKING:
     from ..results import DownloadResult
     from ..stats import EngineStats
     from .bar import Bar
+
+
+class ReaderGone(Exception):
+    """stdout's reader went away (``| head``): the command stops, quietly, with
+    status 1, as a Unix tool that SIGPIPE ends would (``cat`` does the same)."""
+
+
+def silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's flush at exit does not fail on
+    the closed pipe with a second error."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass  # not a real file (a test's capture): nothing will flush into a pipe
 
 
 def shown(result: DownloadResult) -> str:
@@ -159,11 +176,18 @@ class Output:
             self.print_line(text, sys.stderr)
 
     def print_line(self, text: str, stream: IO[str]) -> None:
-        if self._bar is not None and stream.isatty():
-            # The same terminal as the bar: print above it, not through it.
-            self._bar.out(text)
-        else:
-            click.echo(text, file=stream)
+        """``text`` on ``stream``; on a stdout whose reader went away, ``ReaderGone``."""
+        try:
+            if self._bar is not None and stream.isatty():
+                # The same terminal as the bar: print above it, not through it.
+                self._bar.out(text)
+            else:
+                click.echo(text, file=stream)
+        except BrokenPipeError:
+            if stream is not sys.stdout:
+                raise
+            silence_stdout()
+            raise ReaderGone from None
 
     def summary(self, *, complete: bool = True) -> int:
         """Print the failures' count if any; return the exit status (0 or 1).

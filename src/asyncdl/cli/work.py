@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import sys
 from collections.abc import AsyncIterator, Coroutine
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -22,7 +21,7 @@ from ..clients import create_default_client
 from ..engine import Engine
 from ..errors import DownloadError, InvalidRequestError
 from .app import Settings
-from .output import Output, print_error
+from .output import Output, ReaderGone, print_error, silence_stdout
 from .params import HttpUrl, S3Url
 
 
@@ -147,25 +146,14 @@ async def _stream_to(
             try:
                 await asyncio.to_thread(sink.flush)
             except BrokenPipeError:
-                _silence_stdout()
+                silence_stdout()
             output.count(error)
             return True
         except BrokenPipeError:
-            _silence_stdout()
+            silence_stdout()
             return False
     output.count(None)
     return True
-
-
-def _silence_stdout() -> None:
-    """Point stdout at /dev/null, so the interpreter's flush at exit does not fail on
-    the closed pipe with a second error."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    except (OSError, ValueError, AttributeError):
-        pass  # not a real file (a test's capture): nothing will flush into a pipe
 
 
 _Result = TypeVar("_Result")
@@ -189,6 +177,8 @@ def run(work: Coroutine[Any, Any, _Result], debug: bool) -> _Result:
         raise click.UsageError(str(exc)) from None
     except DownloadError as exc:  # a failure outside any one object (opening the client)
         print_error(exc, debug=debug)
+        raise click.exceptions.Exit(1) from None
+    except ReaderGone:  # `| head`: what was in flight is cancelled, nothing is said
         raise click.exceptions.Exit(1) from None
     except Exception as exc:
         if debug:
