@@ -25,7 +25,6 @@ from .file_records import SKIP_MODES, Skips
 from .filters import Filters, compile_filters
 from .key_paths import folder
 from .key_paths import relative_path as relative_path  # noqa: PLC0414 - re-exported: its old home
-from .listing import list_pages
 from .progress import ProgressCallback
 from .request_args import ExtraArgs, redacted
 from .results import DownloadResult
@@ -390,15 +389,7 @@ async def _list_requests(
     skips: Skips | None,
 ) -> AsyncGenerator[DownloadRequest | DownloadResult]:
     params = {name: extra_args[name] for name in _LIST_ARGS if extra_args and name in extra_args}
-    pages = list_pages(
-        ctx.client,
-        ctx.config,
-        bucket=bucket,
-        prefix=prefix,
-        params=params,
-        counters=ctx.counters,
-        budget=ctx.budget,
-    )
+    pages = ctx.list_pages(bucket, prefix, params=params)
     listing = list_prefix(pages, bucket=bucket, prefix=prefix, filters=filters)
     # A directory that cannot be made (the root, say) fails the listing, as a page would.
     with _translated(bucket, prefix):

@@ -9,6 +9,7 @@ reaches back up to it.
 
 from __future__ import annotations
 
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +21,7 @@ from .bandwidth import TokenBucket
 from .clients import pool_size
 from .config import TransferConfig
 from .lean_send import Route, route_for
+from .listing import list_pages
 from .request_args import ExtraArgs
 from .s3_source import S3Object
 from .signed_get import SignedGets
@@ -65,6 +67,26 @@ class Context:
             counts=self.counters,
             signed=self.signed,
             checksum_mode=self.config.validate != "off",
+        )
+
+    def list_pages(
+        self,
+        bucket: str,
+        prefix: str,
+        *,
+        delimiter: str | None = None,
+        params: Mapping[str, object] | None = None,
+    ) -> AsyncGenerator[dict[str, Any]]:
+        """ListObjectsV2's pages through this client and budget, counted."""
+        return list_pages(
+            self.client,
+            self.config,
+            bucket=bucket,
+            prefix=prefix,
+            delimiter=delimiter,
+            params=params,
+            counters=self.counters,
+            budget=self.budget,
         )
 
     def url_object(self, url: str) -> UrlObject:

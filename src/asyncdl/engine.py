@@ -21,7 +21,6 @@ from .clients import create_default_client
 from .config import TransferConfig, is_int_at_least
 from .context import Context
 from .errors import DownloadError, InvalidRequestError
-from .listing import list_pages
 from .object_info import ObjectInfo, head
 from .progress import ProgressCallback, with_total
 from .request_args import ExtraArgs
@@ -276,17 +275,7 @@ class Engine:
         is counted in :meth:`stats`. ``params``: ListObjectsV2's other arguments
         (RequestPayer, ExpectedBucketOwner, ...). Close it (``contextlib.aclosing``) when
         stopping early: the next page is already asked for."""
-        ctx = self._context
-        return list_pages(
-            ctx.client,
-            ctx.config,
-            bucket=bucket,
-            prefix=prefix,
-            delimiter=delimiter,
-            params=params,
-            counters=ctx.counters,
-            budget=ctx.budget,
-        )
+        return self._context.list_pages(bucket, prefix, delimiter=delimiter, params=params)
 
     async def read_bytes(
         self,
