@@ -24,8 +24,8 @@ if TYPE_CHECKING:
 
 
 class ReaderGone(Exception):
-    """stdout's reader went away (``| head``): the command stops, quietly, with
-    status 1, as a Unix tool that SIGPIPE ends would (``cat`` does the same)."""
+    """stdout's reader went away (``| head``): the command (``cp``, ``sync``, ``cat``)
+    stops, quietly, with status 1, as a Unix tool that SIGPIPE ends would."""
 
 
 def silence_stdout() -> None:

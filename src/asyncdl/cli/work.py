@@ -116,16 +116,14 @@ def cat_object(settings: Settings, source: S3Url | HttpUrl) -> int:
         bar=not settings.quiet and sys.stderr.isatty() and not stdout.isatty(),
     )
     with output:
-        done = run(_stream_to(settings, source, stdout, output), settings.debug)
-    if not done:  # the reader went away (``| head``): nothing more to say
-        return 1
+        run(_stream_to(settings, source, stdout, output), settings.debug)
     return output.summary()
 
 
 async def _stream_to(
     settings: Settings, source: S3Url | HttpUrl, sink: Any, output: Output
-) -> bool:
-    """Copy the object into ``sink``; False if the sink's reader went away."""
+) -> None:
+    """Copy the object into ``sink``; ``ReaderGone`` if the sink's reader went away."""
     async with _open_engine(settings, output) as engine:
         if isinstance(source, HttpUrl):
             stream = engine.stream_url(source.url, progress=output.progress)
@@ -148,12 +146,11 @@ async def _stream_to(
             except BrokenPipeError:
                 silence_stdout()
             output.count(error)
-            return True
+            return
         except BrokenPipeError:
             silence_stdout()
-            return False
+            raise ReaderGone from None
     output.count(None)
-    return True
 
 
 _Result = TypeVar("_Result")
