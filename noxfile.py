@@ -2,11 +2,45 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import zipfile
+from pathlib import Path
+
 import nox
 
 nox.options.sessions = ["tests", "lint"]
 nox.options.default_venv_backend = "venv"
 nox.options.reuse_existing_virtualenvs = True
+# A CPython the machine lacks skips its session with a line that says so (nox's default
+# turns that into a failure when CI is set).
+nox.options.error_on_missing_interpreters = False
+
+#: The CPythons beside the one that runs nox, for ``tests_compat``.
+OTHER_PYTHONS = ["3.12", "3.13"]
+
+
+def _let_pyenv_find_every_version() -> None:
+    """pyenv's shims run only the versions that ``PYENV_VERSION`` names (its shim sets it
+    to the current version for the process it starts): a ``python3.12`` shim beside a
+    global 3.11 answers "command not found". Name every installed version after the
+    ones already named, so ``python3`` stays what it was."""
+    if shutil.which("pyenv") is None:
+        return
+    named = os.environ.get("PYENV_VERSION", "").split(":")
+    if not named[0]:
+        named = subprocess.run(
+            ["pyenv", "version-name"], capture_output=True, text=True, check=False
+        ).stdout.split()
+    installed = subprocess.run(
+        ["pyenv", "versions", "--bare"], capture_output=True, text=True, check=False
+    ).stdout.split()
+    if named and installed:
+        os.environ["PYENV_VERSION"] = ":".join([*named, *(v for v in installed if v not in named)])
+
+
+_let_pyenv_find_every_version()
 
 
 @nox.session
@@ -16,6 +50,31 @@ def tests(session: nox.Session) -> None:
     session.run("pytest", *session.posargs)
 
 
+#: What ``tests_compat`` runs on the other CPythons: the data path (one object, many,
+#: streams, URLs, resume), the command, serving and the pure parts, in a few minutes;
+#: the whole suite runs on the interpreter that runs nox (``tests``).
+COMPAT_TESTS = [
+    "tests/test_download.py",
+    "tests/test_bulk.py",
+    "tests/test_stream.py",
+    "tests/test_url.py",
+    "tests/test_resume.py",
+    "tests/test_cli.py",
+    "tests/test_object_response.py",
+    "tests/test_ranges.py",
+    "tests/test_running_checksum.py",
+    "tests/test_packaging.py",
+]
+
+
+@nox.session(python=OTHER_PYTHONS)
+def tests_compat(session: nox.Session) -> None:
+    """A subset of the suite (``COMPAT_TESTS``) on each other CPython the machine has;
+    one it lacks is skipped, and nox says so."""
+    session.install("-e", ".[tests]")
+    session.run("pytest", *(session.posargs or COMPAT_TESTS))
+
+
 @nox.session
 def lint(session: nox.Session) -> None:
     """ruff (lint and format check) and mypy --strict."""
@@ -23,6 +82,36 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     session.run("mypy")
+
+
+@nox.session
+def build(session: nox.Session) -> None:
+    """The sdist and the wheel (the wheel built from the sdist), ``twine check``, and the
+    wheel installed into a fresh virtual environment, where the command and the package
+    must start."""
+    session.install("build", "twine")
+    tmp = Path(session.create_tmp())
+    dist = tmp / "dist"
+    shutil.rmtree(dist, ignore_errors=True)
+    # ``python -m build`` makes the sdist first and the wheel from the unpacked sdist:
+    # a file the sdist forgets fails here.
+    session.run("python", "-m", "build", "--outdir", str(dist))
+    (wheel,) = dist.glob("*.whl")
+    (sdist,) = dist.glob("*.tar.gz")
+    session.run("twine", "check", "--strict", str(wheel), str(sdist))
+    with zipfile.ZipFile(wheel) as archive:
+        tops = {name.split("/", 1)[0] for name in archive.namelist()}
+    extra = {top for top in tops if top != "asyncdl" and not top.endswith(".dist-info")}
+    if extra:
+        session.error(f"the wheel holds more than the package: {sorted(extra)}")
+    venv = tmp / "wheel-venv"
+    shutil.rmtree(venv, ignore_errors=True)
+    session.run("python", "-m", "venv", str(venv))
+    python, command = str(venv / "bin" / "python"), str(venv / "bin" / "asyncdl")
+    session.run(python, "-m", "pip", "install", "-q", f"{wheel}[cli]", external=True)
+    session.run(command, "--version", external=True)
+    session.run(python, "-c", "import asyncdl; asyncdl.Engine", external=True)
+    session.run(command, "demo", "--help", external=True)
 
 
 @nox.session
