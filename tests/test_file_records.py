@@ -236,8 +236,8 @@ def test_only_files_a_record_vouches_for_may_go(tmp_path: Path, force_sidecar: N
     ours, edited, theirs = tmp_path / "sub/ours", tmp_path / "edited", tmp_path / "theirs"
     for path in (ours, edited, theirs):
         path.write_bytes(b"data")
-    store.record(ours, '"e1"')
-    store.record(edited, '"e2"')
+    store.record(ours, '"e1"', bucket="b", key="sub/ours")
+    store.record(edited, '"e2"', bucket="b", key="edited")
     os.utime(edited, ns=(0, edited.stat().st_mtime_ns + 10**9))
     for name in (".a.0123abcd.asyncdl-tmp", ".a.asyncdl-partial", ".a.asyncdl-journal"):
         (tmp_path / name).write_bytes(b"x")
@@ -247,7 +247,7 @@ def test_only_files_a_record_vouches_for_may_go(tmp_path: Path, force_sidecar: N
     store = EtagStore(tmp_path)
     found = {
         s.path.relative_to(tmp_path).as_posix(): s.kept_because
-        for s in stale_files(store, lambda _: False, lambda _: True)
+        for s in stale_files(store, lambda _: False, lambda _: True, bucket="b", prefix="")
     }
     assert found == {
         "sub/ours": None,
@@ -255,7 +255,11 @@ def test_only_files_a_record_vouches_for_may_go(tmp_path: Path, force_sidecar: N
         "theirs": "not written by asyncdl",
         "link": "not a regular file",
     }
-    (stale,) = [s for s in stale_files(store, lambda _: False, lambda _: True) if s.path == ours]
+    (stale,) = [
+        s
+        for s in stale_files(store, lambda _: False, lambda _: True, bucket="b", prefix="")
+        if s.path == ours
+    ]
     remove_stale(store, stale)
     assert not (tmp_path / "sub").exists()  # left empty by the removal
     store.close()

@@ -417,7 +417,7 @@ def test_a_record_vouches_only_for_the_file_as_written(tmp_path: Path) -> None:
     path = tmp_path / "f"
     path.write_bytes(b"x")
     store = EtagStore(tmp_path)
-    store.record(path, '"e"')
+    store.record(path, '"e"', bucket="b", key="f")
     assert store.recorded(path, path.stat()) == "e"
     edit(path, b"y")
     assert store.recorded(path, path.stat()) is None

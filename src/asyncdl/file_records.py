@@ -4,7 +4,14 @@
 them: a re-run skips what a record still vouches for, and ``sync --delete`` removes
 only files a record vouches for (asyncdl wrote them and nobody changed them since).
 After a download the ETag is recorded with the file's size and ``mtime_ns`` (so a
-record never vouches for a file rewritten in place since): in the user xattr
+record never vouches for a file rewritten in place since), and with where it was
+written: the object's bucket and key, and the file's path relative to the store's
+directory (the synced directory). An xattr travels with its file (``mv``, ``cp -a``,
+``rsync -aX``, the files of another sync into a subdirectory): a record vouches for a
+file only at the path it names. The path is relative, not absolute, so that a synced
+directory moved as a whole (``mv data data2``) is still vouched for. A record
+without these fields (written by an older asyncdl) vouches for nothing: its file is
+fetched again (and recorded anew), never deleted. The record is kept in the user xattr
 ``user.asyncdl.etag`` where the file system allows it, else in a sidecar under
 ``dest_dir/.asyncdl-etags/``. The sidecar is one JSON-lines file per writing
 process (host and pid in its name): appends from two processes never share a
@@ -20,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import functools
 import json
 import logging
 import os
@@ -63,9 +71,22 @@ class Record:
     etag: str
     size: int
     mtime_ns: int
+    #: Where it was written: the object, and the file's path relative to the store's
+    #: directory. ``None`` in a record an older asyncdl wrote: it vouches for nothing.
+    bucket: str | None = None
+    key: str | None = None
+    path: str | None = None
 
-    def vouches_for(self, st: os.stat_result) -> bool:
-        return self.size == st.st_size and self.mtime_ns == st.st_mtime_ns
+    def vouches_for(self, st: os.stat_result, path: str) -> bool:
+        """Whether the file at ``path`` (relative to the store's directory), as ``st``
+        sees it, is the file this record was made for, unchanged."""
+        return (
+            self.path == path
+            and self.bucket is not None
+            and self.key is not None
+            and self.size == st.st_size
+            and self.mtime_ns == st.st_mtime_ns
+        )
 
 
 class EtagStore:
@@ -80,9 +101,11 @@ class EtagStore:
 
     # -- reading ------------------------------------------------------------------
     def recorded(self, target: Path, st: os.stat_result) -> str | None:
-        """The ETag ``target`` was downloaded at, if a record vouches for it as it is now."""
+        """The ETag ``target`` was downloaded at, if a record vouches for it as it is now
+        and where it is now."""
+        relative = self._relative(target)
         for record in self.records(target):
-            if record.vouches_for(st):
+            if record.vouches_for(st, relative):
                 return record.etag
         return None
 
@@ -129,7 +152,7 @@ class EtagStore:
                         path = entry["path"]
                     except (ValueError, KeyError, TypeError):
                         continue  # a line another process is still appending
-                    record = _record_of(entry)
+                    record = _record_of(entry, path)
                     if not isinstance(path, str) or record is None:
                         continue
                     if entry.get("void") is True:
@@ -143,22 +166,31 @@ class EtagStore:
         return found
 
     # -- writing ------------------------------------------------------------------
-    def record(self, target: Path, etag: str) -> None:
-        """Record that ``target``, as it is now, holds the object at ``etag``."""
+    def record(self, target: Path, etag: str, *, bucket: str, key: str) -> None:
+        """Record that ``target``, as it is now and where it is, holds the object
+        ``bucket``/``key`` at ``etag``."""
         st = os.stat(target)
-        record = Record(bare_etag(etag), st.st_size, st.st_mtime_ns)
-        value = {"etag": record.etag, "size": record.size, "mtime_ns": record.mtime_ns}
+        relative = self._relative(target)
+        record = Record(bare_etag(etag), st.st_size, st.st_mtime_ns, bucket, key, relative)
+        value = {
+            "etag": record.etag,
+            "size": record.size,
+            "mtime_ns": record.mtime_ns,
+            "bucket": bucket,
+            "key": key,
+        }
         try:
             if not _force_sidecar:
-                os.setxattr(target, XATTR, json.dumps(value).encode())
+                # The xattr names its path itself: it travels with the file.
+                os.setxattr(target, XATTR, json.dumps({**value, "path": relative}).encode())
                 return
         except OSError as exc:
             if exc.errno not in _NO_XATTR:
                 raise
-        self._append(target, value)
+        self._append(target, value)  # a sidecar line names its path already
         with self._lock:
             if self._sidecar is not None:
-                self._sidecar.setdefault(self._relative(target), []).append(record)
+                self._sidecar.setdefault(relative, []).append(record)
 
     def forget(self, target: Path, st: os.stat_result) -> None:
         """``target``, as ``st`` saw it, was removed: no record may vouch for a file
@@ -260,7 +292,11 @@ async def remember(store: EtagStore, result: DownloadResult) -> None:
         # A stat and an xattr write: on the loop while that is quick. A download the
         # server sent no ETag for is recorded too (``sync --delete`` needs to know
         # asyncdl wrote it), with an ETag that no listing's matches.
-        await quick_io.QUICK_IO.call(store.record, result.path, result.etag or "")
+        await quick_io.QUICK_IO.call(
+            functools.partial(store.record, bucket=result.bucket, key=result.key),
+            result.path,
+            result.etag or "",
+        )
     except OSError as exc:
         logger.warning("could not record the ETag of %s: %s", result.path, exc)
 
@@ -285,10 +321,17 @@ class Stale:
 
 
 def stale_files(
-    store: EtagStore, listed: Callable[[str], bool], included: Callable[[str], bool]
+    store: EtagStore,
+    listed: Callable[[str], bool],
+    included: Callable[[str], bool],
+    *,
+    bucket: str,
+    prefix: str,
 ) -> Iterator[Stale]:
     """The files under ``store.dest_dir`` (relative POSIX paths ``included`` and not
-    ``listed``), each with whether a record vouches for it. Blocking: a walk.
+    ``listed``), each with whether a record vouches for it: one made for that file,
+    unchanged, at that path, of the key the folder ``prefix`` (empty, or ending in
+    ``/``) of ``bucket`` maps to that path. Blocking: a walk.
 
     Symlinks are never followed (a linked directory is not entered, a linked file is
     left alone), and asyncdl's own files (temp, partial, journal, the sidecar) are
@@ -312,13 +355,26 @@ def stale_files(
             if not stat.S_ISREG(st.st_mode):
                 yield Stale(path, "not a regular file", st)
                 continue
-            records = store.records(path)
-            if any(record.vouches_for(st) for record in records):
-                yield Stale(path, None, st)
-            elif records:
-                yield Stale(path, "changed since asyncdl wrote it", st)
-            else:
-                yield Stale(path, "not written by asyncdl", st)
+            yield Stale(path, _kept_because(store.records(path), st, relative, bucket, prefix), st)
+
+
+def _kept_because(
+    records: list[Record], st: os.stat_result, relative: str, bucket: str, prefix: str
+) -> str | None:
+    """Why the file at ``relative`` stays (``None``: it may go), from its records."""
+    if not records:
+        return "not written by asyncdl"
+    mine = [r for r in records if r.vouches_for(st, relative)]
+    if any(r.bucket == bucket and r.key == prefix + relative for r in mine):
+        return None
+    if mine:
+        return f"written by asyncdl from s3://{mine[0].bucket}/{mine[0].key}"
+    if all(r.bucket is None or r.key is None or r.path is None for r in records):
+        return "recorded by an older asyncdl, without its place"
+    if any(r.path != relative for r in records):
+        # A record's own file, moved or copied here (its xattr went with it).
+        return "written by asyncdl elsewhere, then moved or copied here"
+    return "changed since asyncdl wrote it"
 
 
 def remove_stale(store: EtagStore, stale: Stale) -> None:
@@ -342,18 +398,29 @@ def remove_stale(store: EtagStore, stale: Stale) -> None:
 
 def _parse(raw: bytes) -> Record | None:
     try:
-        return _record_of(json.loads(raw))
+        entry = json.loads(raw)
     except ValueError:
         return None
+    return _record_of(entry, entry.get("path") if isinstance(entry, dict) else None)
 
 
-def _record_of(entry: object) -> Record | None:
+def _record_of(entry: object, path: object) -> Record | None:
+    """The record in ``entry``, made for the file at ``path``; its place (bucket, key,
+    path) left ``None`` where missing or not text (an older asyncdl's record)."""
     if not isinstance(entry, dict):
         return None
     etag, size, mtime = entry.get("etag"), entry.get("size"), entry.get("mtime_ns")
-    if isinstance(etag, str) and isinstance(size, int) and isinstance(mtime, int):
-        return Record(etag, size, mtime)
-    return None
+    if not (isinstance(etag, str) and isinstance(size, int) and isinstance(mtime, int)):
+        return None
+    bucket, key = entry.get("bucket"), entry.get("key")
+    return Record(
+        etag,
+        size,
+        mtime,
+        bucket if isinstance(bucket, str) else None,
+        key if isinstance(key, str) else None,
+        path if isinstance(path, str) else None,
+    )
 
 
 #: Tests set this to exercise the sidecar on a file system that has user xattrs.

@@ -115,7 +115,9 @@ async def _delete(job: SyncJob, listed: set[str], output: Output) -> None:
     included = kept.includes if kept is not None else _everything
 
     def scan() -> list[Stale]:
-        return list(stale_files(store, listed.__contains__, included))
+        return list(
+            stale_files(store, listed.__contains__, included, bucket=job.bucket, prefix=job.prefix)
+        )
 
     try:
         for stale in await asyncio.to_thread(scan):
