@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 
 from asyncdl.contrib.http_ranges import (
@@ -61,7 +63,7 @@ def test_parse_range(value: str, expected: tuple[RangeSpec, ...] | None) -> None
         (RangeSpec(None, suffix=5000), 1000, (0, 1000)),
         (RangeSpec(None, suffix=0), 1000, None),
         (RangeSpec(0, None), 0, None),  # nothing of an empty object can be sent
-        (RangeSpec(None, suffix=1), 0, None),
+        (RangeSpec(None, suffix=1), 0, (0, 0)),  # all of it, which is nothing
     ],
 )
 def test_resolve(spec: RangeSpec, size: int, expected: tuple[int, int] | None) -> None:
@@ -135,6 +137,86 @@ def test_an_empty_object() -> None:
     empty = Validators(size=0, etag=ETAG)
     assert get().answer(empty) == Answer(200, 0, 0)
     assert get(range="bytes=0-").answer(empty) == Answer(416)
+    assert get(range="bytes=-5").answer(empty) == Answer(200, 0, 0)  # not 416
+    assert get(range="bytes=-0").answer(empty) == Answer(416)
+
+
+HUGE = "9" * 5000  # past Python's int-digits limit (4300 digits)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (f"bytes={HUGE}-", Answer(416)),
+        (f"bytes={HUGE}-{HUGE}", Answer(416)),
+        (f"bytes=0-{HUGE}", Answer(206, 0, 1000)),
+        (f"bytes=-{HUGE}", Answer(206, 0, 1000)),
+        (f"bytes=10-0000{HUGE}", Answer(206, 10, 1000)),
+        (f"bytes={HUGE}-1", Answer(200, 0, 1000)),  # reversed: ignored
+        (f"bytes={HUGE}8-{HUGE}", Answer(200, 0, 1000)),
+        (f"bytes=1{'0' * 18}-1{'0' * 18}", Answer(416)),
+        ("bytes=00000000000000000000000000005-0000000000000000000000000000009",
+         Answer(206, 5, 10)),
+        ("bytes=999-" + "0" * 30, Answer(200, 0, 1000)),  # 999 > 0: reversed
+    ],
+)  # fmt: skip
+def test_any_number_of_digits(value: str, expected: Answer) -> None:
+    assert get(range=value).answer(OBJ) == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "modified"),
+    [
+        # RFC 9110 §5.6.7's three forms; the object was modified on 1 Dec 2026 10:00.
+        ("Tue, 01 Dec 2026 10:00:00 GMT", True),
+        ("Tue, 01 Dec 2026 09:59:59 GMT", False),
+        ("Tuesday, 01-Dec-26 10:00:00 GMT", True),
+        ("Monday, 30-Nov-26 10:00:00 GMT", False),
+        ("Tue Dec  1 10:00:00 2026", True),
+        ("Mon Nov 30 10:00:00 2026", False),
+        ("Sun Nov  6 08:49:37 2100", True),
+        ("Tue Dec 01 10:00:00 2026", True),
+    ],
+)
+def test_the_three_date_forms(value: str, modified: bool) -> None:
+    assert get(if_modified_since=value).answer(OBJ) == (
+        Answer(304) if modified else Answer(200, 0, 1000)
+    )
+    assert get(if_unmodified_since=value).answer(OBJ) == (
+        Answer(200, 0, 1000) if modified else Answer(412)
+    )
+
+
+def test_a_two_digit_year_is_at_most_50_years_ahead() -> None:
+    this_year = datetime.now(UTC).year
+    ahead = (this_year + 40) % 100  # in 40 years: that year
+    behind = (this_year + 60) % 100  # 60 years ahead is too far: a century earlier
+    later = f"Sunday, 01-Jan-{ahead:02d} 00:00:00 GMT"
+    earlier = f"Sunday, 01-Jan-{behind:02d} 00:00:00 GMT"
+    assert get(if_modified_since=later).answer(OBJ) == Answer(304)
+    assert get(if_modified_since=earlier).answer(OBJ) == Answer(200, 0, 1000)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "Sun, 06 Nov 99999999999999999999 08:49:37 GMT",  # overflowed
+        "Sun, 06 Nov 1994 25:61:99 GMT",
+        "Sun, 31 Feb 2030 00:00:00 GMT",
+        "Sun, 06 Nov 2100 08:49:37 +0000",  # not GMT
+        "sun, 06 nov 2100 08:49:37 gmt",  # HTTP-date is case-sensitive
+        "Sun, 6 Nov 2100 08:49:37 GMT",
+        "Sun, 06 Nov 2100 08:49:37",
+        "2100-11-06T08:49:37Z",
+        "Sun, 06 Nov \u0662\u0661\u0660\u0660 08:49:37 GMT",
+        "",
+        "yesterday",
+    ],
+)
+def test_an_invalid_date_is_ignored(value: str) -> None:
+    for name in ("if_modified_since", "if_unmodified_since"):
+        assert get(**{name: value}).answer(OBJ) == Answer(200, 0, 1000), name
+    assert get(range="bytes=0-9", if_range=value).answer(OBJ) == Answer(200, 0, 1000)
 
 
 def test_without_validators_the_range_is_assumed_and_checked_later() -> None:

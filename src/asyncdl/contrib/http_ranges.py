@@ -15,7 +15,12 @@ Choices where RFC 9110 leaves one:
   object whose Last-Modified has a one-second resolution) gets the whole object,
   which is always a correct answer to it.
 - A malformed ``Range`` is ignored (the whole object); a malformed date in
-  ``If-Modified-Since`` or ``If-Unmodified-Since`` is ignored (§13.1.3, §13.1.4).
+  ``If-Modified-Since`` or ``If-Unmodified-Since`` is ignored (§13.1.3, §13.1.4). A
+  date is one of the three forms of §5.6.7 (IMF-fixdate, RFC 850, asctime), GMT.
+- Numbers in a request are the client's: any length is parsed (§14.1.1), and one
+  past every object's size is held as :data:`BEYOND`, which means the same thing.
+- The last N bytes of an empty object are all of it, nothing: a 200 with the empty
+  body (a 206 cannot say zero bytes, and the suffix is satisfiable, §14.1.1).
 - ``Range`` applies to GET only (§14.2): a HEAD answers the whole object's headers.
 """
 
@@ -24,11 +29,29 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
-from email.utils import parsedate_to_datetime
+from datetime import UTC, datetime
 from urllib.parse import quote
 
 _RANGE_SPEC = re.compile(r"(\d*)-(\d*)", re.ASCII)
+#: Past the size of any object (S3's largest is 5 TiB): a range number of more digits
+#: means what this does, and is never turned into an int (Python refuses past 4300
+#: digits, and a client may send any number of them).
+BEYOND = 10**18
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+_MONTH = "(" + "|".join(_MONTHS) + ")"
+_TIME = r"(\d\d):(\d\d):(\d\d)"
+#: RFC 9110 §5.6.7: IMF-fixdate, the obsolete RFC 850 form (two-digit year), asctime.
+_IMF_FIXDATE = re.compile(
+    rf"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun), (\d\d) {_MONTH} (\d{{4}}) {_TIME} GMT", re.ASCII
+)
+_RFC850_DATE = re.compile(
+    rf"(?:Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday), "
+    rf"(\d\d)-{_MONTH}-(\d\d) {_TIME} GMT",
+    re.ASCII,
+)
+_ASCTIME_DATE = re.compile(
+    rf"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) {_MONTH} ([ \d]\d) {_TIME} (\d{{4}})", re.ASCII
+)
 _ENTITY_TAG = re.compile(r'\s*((?:W/)?"[^"]*")\s*(?:,|$)', re.ASCII)
 
 
@@ -43,9 +66,10 @@ class RangeSpec:
 
     def resolve(self, size: int) -> tuple[int, int] | None:
         """The bytes ``[start, end)`` of a ``size``-byte object, or ``None`` when the
-        range is unsatisfiable (it starts at or past the end; a suffix of 0 bytes)."""
+        range is unsatisfiable (it starts at or past the end; a suffix of 0 bytes). A
+        suffix of an empty object is satisfiable, and is nothing: ``(0, 0)``."""
         if self.start is None:
-            if self.suffix == 0 or size == 0:
+            if self.suffix == 0:
                 return None
             return max(size - self.suffix, 0), size
         if self.start >= size:
@@ -67,16 +91,21 @@ def parse_range(value: str) -> tuple[RangeSpec, ...] | None:
         match = _RANGE_SPEC.fullmatch(item)
         if match is None:
             return None
-        first, last = match.groups()
+        first, last = (digits.lstrip("0") or ("0" if digits else "") for digits in match.groups())
         if first:
-            if last and int(last) < int(first):
+            if last and (len(last), last) < (len(first), first):
                 return None
-            ranges.append(RangeSpec(int(first), int(last) + 1 if last else None))
+            ranges.append(RangeSpec(_number(first), _number(last) + 1 if last else None))
         elif last:
-            ranges.append(RangeSpec(None, suffix=int(last)))
+            ranges.append(RangeSpec(None, suffix=_number(last)))
         else:
             return None  # "-"
     return tuple(ranges) or None
+
+
+def _number(digits: str) -> int:
+    """A range's number (digits without leading zeros), at most :data:`BEYOND`."""
+    return BEYOND if len(digits) > len(str(BEYOND)) else min(int(digits), BEYOND)
 
 
 def content_range(start: int, end: int, size: int) -> str:
@@ -199,6 +228,8 @@ class Asked:
         resolved = byte_range.resolve(obj.size)
         if resolved is None:
             return Answer(416)
+        if resolved[0] == resolved[1]:
+            return Answer(200, 0, obj.size)  # no Content-Range says "no bytes"
         return Answer(206, *resolved)
 
     def _range_applies(self, etag: str | None) -> bool:
@@ -241,10 +272,31 @@ def _weak_equal(a: str, b: str) -> bool:
 
 
 def _http_date(value: str | None) -> datetime | None:
+    """An HTTP-date (RFC 9110 §5.6.7, any of its three forms), or ``None`` when
+    ``value`` is none of them or names no real moment."""
     if value is None:
         return None
-    try:
-        parsed = parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
+    value = value.strip(" \t")
+    if match := _IMF_FIXDATE.fullmatch(value):
+        day, month, year, hour, minute, second = match.groups()
+    elif match := _ASCTIME_DATE.fullmatch(value):
+        month, day, hour, minute, second, year = match.groups()
+    elif match := _RFC850_DATE.fullmatch(value):
+        day, month, year, hour, minute, second = match.groups()
+        year = str(_full_year(int(year)))
+    else:
         return None
-    return parsed if parsed.tzinfo is not None else None
+    try:
+        return datetime(
+            int(year), _MONTHS.index(month) + 1, int(day), int(hour), int(minute), int(second),
+            tzinfo=UTC,
+        )  # fmt: skip
+    except ValueError:  # 31 Feb, 25:61:99
+        return None
+
+
+def _full_year(two_digits: int) -> int:
+    """§5.6.7: a two-digit year more than 50 years ahead is the last such year past."""
+    this_year = datetime.now(UTC).year
+    year = this_year - this_year % 100 + two_digits
+    return year - 100 if year > this_year + 50 else year
