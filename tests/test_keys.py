@@ -8,8 +8,10 @@ from typing import Any
 import pytest
 
 import asyncdl
+from asyncdl import file_records, partial_file
 from asyncdl.bulk import relative_path
 from asyncdl.testing.tcp_proxy import TcpProxy
+from asyncdl.writer import is_temp_file
 
 from .test_bulk import files_under, put_many
 
@@ -102,3 +104,41 @@ async def test_download_prefix_follows_the_local_rules(
     assert all(r.ok for r in results)
     assert files_under(tmp_path) == sorted(key[2:] for key in objects)
     assert (tmp_path / "x" / "D:evil").read_bytes() == b"x/D:evil"
+
+
+# asyncdl's own files beside a target, and its own directories under a destination:
+# a key by such a name would be taken for one (a partial adopted, a record forged).
+OWN_NAMES = [
+    ".big.bin.asyncdl-partial",
+    ".big.bin.asyncdl-journal",
+    ".big.bin.0123abcd.asyncdl-tmp",
+    ".big.bin.run1-0123abcd.asyncdl-tmp",
+    file_records.SIDECAR_DIR,
+    file_records.RUN_JOURNAL_DIR,
+]
+
+
+@pytest.mark.parametrize("where", ["{}", "dir/{}", "{}/inside", "a/{}/b"])
+@pytest.mark.parametrize("name", OWN_NAMES)
+def test_keys_named_like_asyncdl_own_files_are_refused(name: str, where: str) -> None:
+    key = "p/" + where.format(name)
+    with pytest.raises(ValueError, match="asyncdl's own") as refused:
+        relative_path(key, "p/")
+    assert repr(key) in str(refused.value)
+
+
+def test_the_names_refused_are_the_ones_asyncdl_writes(tmp_path: Path) -> None:
+    partial, journal = partial_file.paths_for(tmp_path / "big.bin")
+    names = [partial.name, journal.name, ".big.bin.0123abcd.asyncdl-tmp"]
+    assert names[:2] == OWN_NAMES[:2]
+    assert is_temp_file(names[2])
+    # Dask's run journals: the directory its sweep reads (asyncdl.dask needs dask).
+    sweep = pytest.importorskip("asyncdl.dask._sweep")
+    assert sweep.JOURNAL_DIR == file_records.RUN_JOURNAL_DIR
+
+
+@pytest.mark.parametrize(
+    "key", ["p/big.bin.asyncdl-partial", "p/.asyncdl-partial.txt", "p/x.asyncdl-tmp"]
+)
+def test_names_that_only_resemble_asyncdl_own_files_are_kept(key: str) -> None:
+    assert str(relative_path(key, "p/")) == key[2:]

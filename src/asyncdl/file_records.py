@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import quick_io
+from .partial_file import JOURNAL_SUFFIX, PARTIAL_SUFFIX
 from .writer import is_temp_file
 
 if TYPE_CHECKING:
@@ -47,11 +48,10 @@ if TYPE_CHECKING:
 
 XATTR = "user.asyncdl.etag"
 SIDECAR_DIR = ".asyncdl-etags"
+#: Where a Dask run journals the directories it writes into, under its destination
+#: (``asyncdl.dask`` needs dask, which this module must not import: the name is here).
+RUN_JOURNAL_DIR = ".asyncdl-runs"
 SKIP_MODES = ("size", "etag")
-#: A download's kept partial file and its journal, next to the target (``resume=True``):
-#: ``.NAME.asyncdl-partial``, ``.NAME.asyncdl-journal``.
-PARTIAL_SUFFIX = ".asyncdl-partial"
-JOURNAL_SUFFIX = ".asyncdl-journal"
 
 logger = logging.getLogger("asyncdl")
 
@@ -303,10 +303,18 @@ async def remember(store: EtagStore, result: DownloadResult) -> None:
 
 def is_asyncdl_file(name: str) -> bool:
     """Whether a name is one of asyncdl's own files beside a target: a temp file, a
-    kept partial or its journal. Never a target, never listed or removed as one."""
+    kept partial or its journal (``partial_file.paths_for``). Never a target, never
+    listed or removed as one."""
     return is_temp_file(name) or (
         name.startswith(".") and name.endswith((PARTIAL_SUFFIX, JOURNAL_SUFFIX))
     )
+
+
+def is_own_name(name: str) -> bool:
+    """Whether a file or directory name is asyncdl's own: one of its files beside a
+    target, the record sidecar's directory, or a Dask run's journal directory. A key
+    with such a segment is refused (``key_paths``): it would be taken for ours."""
+    return is_asyncdl_file(name) or name in (SIDECAR_DIR, RUN_JOURNAL_DIR)
 
 
 @dataclass(frozen=True, slots=True)

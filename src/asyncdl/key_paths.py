@@ -38,7 +38,9 @@ def relative_path(key: str, prefix: str, *, windows: bool | None = None) -> Pure
     of the platform (Windows' with ``windows``, by default where ``os.name`` is
     ``"nt"``): nowhere an empty, ``.`` or ``..`` segment, a NUL or a backslash; on
     Windows also no drive or stream colon nor other character it refuses, no trailing
-    dot or space (it drops them), no device name (``CON``, ``nul.txt``, ``COM1``).
+    dot or space (it drops them), no device name (``CON``, ``nul.txt``, ``COM1``);
+    and nowhere one of asyncdl's own names (a partial, journal or temp file, the record
+    sidecar's or Dask's run journal directory).
     """
     base = folder(prefix)
     if not key.startswith(base):
@@ -61,7 +63,27 @@ def relative_path(key: str, prefix: str, *, windows: bool | None = None) -> Pure
         why = _windows_refusal(segment) if windows else None
         if why is not None:
             raise ValueError(f"refusing key {key!r}: segment {segment!r} {why}")
+        if is_own_name(segment):
+            raise ValueError(
+                f"refusing key {key!r}: segment {segment!r} is named like one of asyncdl's "
+                "own files (a partial file, journal, temp file or record): it would be "
+                "taken for one"
+            )
     return PurePosixPath(*segments)
+
+
+def is_own_name(segment: str) -> bool:
+    """Whether ``segment`` is one of asyncdl's own names (``file_records.is_own_name``),
+    in any segment: as a file it would be taken for ours (a partial adopted by its
+    target, a temp file swept), as a directory it would hold what we read as ours
+    (forged records in a sidecar directory, a Dask run's journals)."""
+    if not segment.startswith("."):
+        return False  # every one of them does: no import on the usual path
+    # Imported here: file_records brings the writer's stack, and the CLI imports this
+    # module to parse its arguments (--help imports no S3 stack).
+    from . import file_records  # noqa: PLC0415
+
+    return file_records.is_own_name(segment)
 
 
 def _windows_refusal(segment: str) -> str | None:

@@ -16,6 +16,7 @@ from pathlib import Path, PurePosixPath
 
 import click
 
+from ..key_paths import is_own_name
 from . import clean as _clean  # noqa: F401 - registers asyncdl clean
 from .app import Settings, cli, make_settings, transfer_options
 from .output import Output
@@ -267,6 +268,14 @@ def _dest_file(source: S3Url | HttpUrl, dest: str, ctx: click.Context) -> Path:
     if into_dir:
         if not target.is_dir():
             raise click.UsageError(f"directory {dest!r} does not exist", ctx=ctx)
+        if is_own_name(name):
+            # A file DEST names is the user's to name; one named after the key would be
+            # taken for asyncdl's own (a partial adopted by its target, say).
+            raise click.UsageError(
+                f"{source} is named like one of asyncdl's own files (a partial file, "
+                "journal, temp file or record): give DEST a file name",
+                ctx=ctx,
+            )
         target /= name
     # The engine checks the rest (writable, not a directory) before it sends anything.
     return target
