@@ -15,13 +15,19 @@ disk or a cap is not a stalled server.
 
 Any other body (another HTTP backend, or a body that checks what it reads) is read
 with ``read(size)`` under ``asyncio.timeout``, as before.
+
+A whole-object answer that says no length (a chunked body) is read to its end first
+when its size must be known before its bytes are placed (a download preallocates
+and plans by it): :func:`spool` puts it in an unnamed temp file, a
+:class:`SpooledBody` reads it back.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any
+import tempfile
+from typing import IO, Any
 
 import aiohttp
 from aiobotocore.response import AioStreamingBody
@@ -161,3 +167,52 @@ class BodyReader:
             self._stream.set_exception(RetryableError(f"no bytes for {self._timeout:g}s"))
             return
         self._timer = self._loop.call_at(due, self._check)
+
+
+#: Bytes gathered before each write of a spooled body.
+_SPOOL_WRITE = 1024 * 1024
+
+
+class SpooledBody:
+    """A body read to its end into an unnamed temp file, read back in order (the
+    ``read``/``close`` of a streaming body)."""
+
+    def __init__(self, file: IO[bytes]) -> None:
+        self._file = file
+
+    async def read(self, size: int = -1) -> bytes:
+        return await asyncio.to_thread(self._file.read, size)
+
+    def close(self) -> None:
+        self._file.close()
+
+
+async def spool(body: Any) -> tuple[SpooledBody, int]:
+    """Read ``body`` to its end into an unnamed temp file (in the system's temp
+    directory, gone when closed); the body to read it from, and its length.
+
+    A stall is the HTTP session's read timeout (aiobotocore's and the engine's own
+    sessions have one); ``body`` is closed either way."""
+    file = await asyncio.to_thread(tempfile.TemporaryFile)
+    size = 0
+    try:
+        pieces: list[bytes] = []
+        held = 0
+        while True:
+            piece: bytes = await body.read(_SPOOL_WRITE)
+            if piece:
+                pieces.append(piece)
+                held += len(piece)
+            if held >= _SPOOL_WRITE or (not piece and pieces):
+                await asyncio.to_thread(file.writelines, pieces)
+                size += held
+                pieces, held = [], 0
+            if not piece:
+                break
+        await asyncio.to_thread(file.seek, 0)
+    except BaseException:
+        file.close()
+        raise
+    finally:
+        body.close()
+    return SpooledBody(file), size

@@ -43,7 +43,12 @@ async def after_failure(
     the engine's ``counters``)."""
     failures += 1
     if not is_retryable(exc) or failures >= config.max_attempts:
-        raise translate(exc, bucket=bucket, key=key, attempts=failures) from exc
+        error = translate(exc, bucket=bucket, key=key, attempts=failures)
+        if error is exc:
+            # Already ours: as it is, with its own cause (``from exc`` would make it
+            # its own cause, losing the real one and looping whoever walks causes).
+            raise error
+        raise error from exc
     if counters is not None:
         counters.retries += 1
     delay = backoff_delay(config, failures)

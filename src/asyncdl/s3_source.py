@@ -12,14 +12,29 @@ from typing import Any, TypeVar
 from botocore.exceptions import ClientError
 
 from .adaptive import Budget
+from .body_reader import spool
 from .checksums import ExpectedChecksum, from_botocore, from_headers
 from .errors import DownloadError, ObjectChangedError, client_error_status
 from .ranges import ByteRange, ContentRange, parse_content_range
 from .request_args import ExtraArgs
-from .signed_get import Fallback, GetTemplate, RawResponse, SignedGets
+from .signed_get import Fallback, GetTemplate, RawResponse, SignedGets, body_length
 from .stats import CLIENT_ERROR, OK, THROTTLED, Counters, outcome
 
 _T = TypeVar("_T")
+
+
+#: ``Response.content_length`` of an answer that said neither Content-Length nor
+#: Content-Range: its size is known only once its body has ended.
+UNKNOWN_LENGTH = -1
+
+
+def strong_etag(etag: object) -> str | None:
+    """An answer's ETag as a pin for later requests, or ``None``: a weak one (``W/"x"``)
+    never matches by the strong comparison ``If-Match`` uses (RFC 9110 §13.1.1), and
+    names a version only roughly: it pins nothing, as if none was sent."""
+    if not isinstance(etag, str) or not etag or etag.startswith("W/"):
+        return None
+    return etag
 
 
 def normalize_etag(etag: str) -> str:
@@ -68,7 +83,7 @@ class Response:
         *,
         status: int,
         etag: str | None,
-        content_length: int,
+        content_length: int | None,
         content_range: str | None,
         body: Any,
         release: Callable[[], None],
@@ -97,18 +112,22 @@ class Response:
         self.headers: Mapping[str, str] = http_headers or {}
         self.body = body
         self.status = status
-        self.etag = etag
-        self.content_length = content_length
+        self.etag = strong_etag(etag)
         self.content_range: ContentRange | None = (
             parse_content_range(content_range) if content_range else None
         )
+        if content_length is None and self.content_range is not None:
+            content_length = self.content_range.end - self.content_range.start
+        #: The body's length: Content-Length, else the span of Content-Range, else
+        #: ``UNKNOWN_LENGTH`` (a whole object of unknown size: read it to its end).
+        self.content_length = UNKNOWN_LENGTH if content_length is None else content_length
 
     @classmethod
     def from_botocore(cls, raw: Mapping[str, Any], release: Callable[[], None]) -> Response:
         return cls(
             status=raw["ResponseMetadata"]["HTTPStatusCode"],
             etag=raw.get("ETag"),
-            content_length=raw.get("ContentLength", 0),
+            content_length=_length_or_none(raw.get("ContentLength")),
             content_range=raw.get("ContentRange"),
             body=raw["Body"],
             release=release,
@@ -124,7 +143,7 @@ class Response:
         return cls(
             status=raw.status,
             etag=headers.get("etag"),
-            content_length=int(headers.get("content-length", 0)),
+            content_length=body_length(headers),
             content_range=headers.get("content-range"),
             body=raw.body,
             release=release,
@@ -133,6 +152,11 @@ class Response:
             parts_count=_int_or_none(headers.get("x-amz-mp-parts-count")),
             http_headers=headers,
         )
+
+    async def read_whole(self) -> None:
+        """Make a whole-object answer of unknown length known: its body is read to its
+        end into an unnamed temp file, which it is then read from."""
+        self.body, self.content_length = await spool(self.body)
 
     def close(self) -> None:
         """Close the body (an unread body would otherwise leak its pooled connection)
@@ -150,6 +174,11 @@ class S3Object:
 
     #: Whether a HEAD can bring the object's checksum (not for a URL: ``url_source``).
     checksum_heads = True
+    #: What a GET does with a whole-object answer of unknown length (no Content-Length,
+    #: a chunked body): ``False`` reads it to its end first (see ``Response.read_whole``)
+    #: so that its size is known, as a download needs; a stream, which reads to the end
+    #: anyway, sets ``True`` and takes it as it is.
+    unknown_length_ok = False
 
     def __init__(
         self,
@@ -212,9 +241,12 @@ class S3Object:
             self.counts.heads[CLIENT_ERROR] += 1  # a redirect: botocore sends it again
             return await self._redirected(template, self._head_object(if_match))
         headers = raw.headers
-        etag = headers.get("etag")
+        etag = strong_etag(headers.get("etag"))
+        size = _length_or_none(headers.get("content-length"))
+        if size is None:
+            raise self.error("the HEAD answer has no valid Content-Length")
         return ObjectMeta(
-            size=int(headers.get("content-length", 0)),
+            size=size,
             etag=etag,
             checksum=_checksum_or_none(from_headers, headers, etag),
             headers=headers,
@@ -233,9 +265,12 @@ class S3Object:
         if if_match is not None:
             params["IfMatch"] = if_match
         raw = await self._call(self._client.head_object, params)
-        etag = raw.get("ETag")
+        etag = strong_etag(raw.get("ETag"))
+        size = _length_or_none(raw.get("ContentLength"))
+        if size is None:
+            raise self.error("the HEAD answer has no valid Content-Length")
         return ObjectMeta(
-            size=int(raw["ContentLength"]),
+            size=size,
             etag=etag,
             checksum=_checksum_or_none(from_botocore, raw, etag),
             headers=raw["ResponseMetadata"].get("HTTPHeaders", {}),
@@ -258,14 +293,20 @@ class S3Object:
                 actual = error.get("ActualObjectSize")
                 headers = exc.response.get("ResponseMetadata", {}).get("HTTPHeaders", {})
                 raise RangeNotSatisfiable(
-                    int(actual) if actual is not None and str(actual).isdigit() else None,
-                    headers.get("etag"),
+                    _length_or_none(actual), strong_etag(headers.get("etag"))
                 ) from exc
             raise
         except BaseException as exc:
             self._failed(self.counts.gets, exc, epoch)
             raise
-        return self._pinned(response, if_match)
+        response = self._pinned(response, if_match)
+        if response.content_length == UNKNOWN_LENGTH and not self.unknown_length_ok:
+            try:
+                await response.read_whole()  # in the slot this request holds
+            except BaseException:
+                response.close()
+                raise
+        return response
 
     async def get_part(self, number: int, *, if_match: str | None) -> Response:
         """GET upload part ``number`` of a multipart object (``PartNumber``), with the
@@ -376,6 +417,17 @@ def _checksum_or_none(
     # download: it leaves the object unverified (and validate="required" says so).
     try:
         return parse(source, etag)
+    except ValueError:
+        return None
+
+
+def _length_or_none(value: Any) -> int | None:
+    """A length (an int from botocore, or text): ``None`` when absent or not a plain
+    non-negative decimal."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value if value >= 0 else None
+    try:
+        return body_length({"content-length": value}) if isinstance(value, str) else None
     except ValueError:
         return None
 

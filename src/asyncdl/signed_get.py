@@ -77,6 +77,36 @@ MAX_ERROR_BODY = 64 * 1024
 _CacheKey = tuple[str, str, tuple[tuple[str, str | bytes], ...]]
 #: The operations with a lean path, and the HTTP method each sends.
 METHODS = {"GetObject": "GET", "HeadObject": "HEAD"}
+#: Digits of the largest Content-Length taken (below 2**63, ~9.2 EB): a longer one is
+#: an error, not a number to convert (Python's int() refuses over 4300 digits anyway).
+_MAX_LENGTH_DIGITS = 18
+
+
+def body_length(headers: Mapping[str, str]) -> int | None:
+    """The answer's Content-Length; ``None`` when it sent none (a chunked body, or one
+    that ends when the connection does: its size is unknown, RFC 9112 §6.3).
+
+    Anything but one plain decimal (a list of the same value, as RFC 9110 §8.6
+    allows) is ``ValueError``: ``-1``, ``1e3``, ``+5``, two different values."""
+    getall = getattr(headers, "getall", None)
+    raw = getall("content-length", []) if getall is not None else None
+    if raw is None:
+        value = headers.get("content-length")
+        raw = [] if value is None else [value]
+    if not raw:
+        return None
+    values = {item.strip() for field in raw for item in str(field).split(",")}
+    if len(values) != 1:
+        raise ValueError(f"conflicting Content-Length values {_short(', '.join(raw))}")
+    (value,) = values
+    if not (value.isascii() and value.isdigit()) or len(value) > _MAX_LENGTH_DIGITS:
+        raise ValueError(f"an invalid Content-Length {_short(value)}")
+    return int(value)
+
+
+def _short(text: str) -> str:
+    """``text`` quoted, cut to a length a message can hold."""
+    return repr(text) if len(text) <= 40 else f"{text[:40]!r}... ({len(text)} characters)"
 
 
 class _Captured(Exception):
@@ -302,14 +332,23 @@ class SignedGets:
             if method == "HEAD":
                 raw.release()
                 return RawResponse(status, response_headers, None)
-            length = int(response_headers.get("content-length", 0))
-            return RawResponse(status, response_headers, AioStreamingBody(raw, length))
+            return RawResponse(status, response_headers, streaming_body(raw, response_headers))
         raw_body = await raw.content.read(MAX_ERROR_BODY)
         raw.release()
         if status < 400 or (status == 400 and b"Region" in raw_body):
             raise Fallback(f"HTTP {status}: let botocore handle redirects")
         lowered = {name.lower(): value for name, value in response_headers.items()}
         raise ClientError(error_response(status, lowered, raw_body), template.operation)
+
+
+def streaming_body(raw: Any, headers: Mapping[str, str]) -> AioStreamingBody:
+    """aiobotocore's body of an open aiohttp answer; it checks the length at its end
+    when one was sent (a malformed one is refused where the answer is parsed)."""
+    try:
+        length = body_length(headers)
+    except ValueError:
+        length = None
+    return AioStreamingBody(raw, length)
 
 
 def _template_from(request: Any, *, operation: str, after_redirect: bool) -> GetTemplate | None:

@@ -18,6 +18,10 @@ handing it over earlier would leak it from a stream that is opened and never rea
 
 A stream of the whole object is checked against S3's checksum as it passes (see
 ``stream_verify``): a mismatch raises ``ChecksumError`` instead of the normal end.
+
+A first answer that is the whole object and says no length (a chunked body from a
+server that ignores Range) is read to its end: ``size`` and ``length`` stay
+``None`` until it has ended (RFC 9112 §6.3), never 0.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from .progress import ProgressCallback, Reporter
 from .ranges import ByteRange, ContentRange
 from .request_args import ExtraArgs, check_bucket_and_key, check_extra_args
 from .retry import after_failure
-from .s3_source import RangeNotSatisfiable, Response
+from .s3_source import UNKNOWN_LENGTH, RangeNotSatisfiable, Response
 from .stats import Counters
 from .stream_parts import prefetch_parts
 from .stream_verify import StreamVerifier
@@ -117,6 +121,8 @@ class ObjectStream:
         self.bucket, self.key = bucket, key
         self._ctx = ctx
         self._obj = ctx.s3_object(bucket, key, args) if url is None else ctx.url_object(url)
+        # A whole body of unknown length is read here to its end, as it comes.
+        self._obj.unknown_length_ok = True
         self._start, self._end = start, end
         self._chunk_size, self._prefetch = chunk_size, prefetch
         #: The object's size, its ETag, and how many bytes this stream yields.
@@ -282,6 +288,8 @@ class ObjectStream:
         self._first, self._loop = first, asyncio.get_running_loop()
         self.headers = first.headers
         if first.status == 200 and first.content_range is None:
+            if first.content_length == UNKNOWN_LENGTH:
+                return self._read_to_the_end(first)
             # The server ignored Range: the body is the whole object; keep [start, end).
             self.size, self.etag = first.content_length, first.etag
             self._check_start(self.size)
@@ -333,6 +341,37 @@ class ObjectStream:
             prefetch_parts, ctx, obj, stop=stop, chunk_size=chunk, prefetch=self._prefetch
         )
 
+    def _read_to_the_end(self, first: Response) -> _Reader:
+        """The server ignored Range and sent the whole object without its length: the
+        reader keeps ``[start, end)`` of it, and learns the size at its end."""
+        start, end = self._start, self._end
+        self.etag = first.etag
+        whole = start == 0 and end is None
+        # The verifier needs [start, stop) of a size; for the whole object of a size not
+        # yet known, one that says "all of it" (it is not shown).
+        self._checker.answered(
+            start=start,
+            stop=UNKNOWN_LENGTH if end is None else end,
+            size=UNKNOWN_LENGTH if whole else None,
+            etag=self.etag,
+            held=True,
+            checksum=first.checksum,
+        )
+        return partial(
+            _slice,
+            start=start,
+            end=end,
+            bandwidth=self._ctx.bandwidth,
+            counters=self._ctx.counters,
+            ended=self._ended,
+        )
+
+    def _ended(self, size: int) -> None:
+        """The body of unknown length has ended: the object is ``size`` bytes."""
+        self._check_start(size)
+        self.size = size
+        self.length = (size if self._end is None else min(self._end, size)) - self._start
+
     def _answered(self, *, stop: int, held: bool, checksum: ExpectedChecksum | None = None) -> None:
         self._checker.answered(
             start=self._start,
@@ -360,25 +399,31 @@ async def _slice(
     first: Response | None,
     *,
     start: int,
-    end: int,
+    end: int | None,
     bandwidth: TokenBucket | None,
     counters: Counters,
+    ended: Callable[[int], None] | None = None,
 ) -> AsyncGenerator[bytes]:
     """Bytes ``[start, end)`` of a body, counted from its first byte (the object's
     first, when the server ignored Range), read within the engine's ``bandwidth``;
-    what is yielded is counted in the engine's stats as the parts' bytes are."""
+    what is yielded is counted in the engine's stats as the parts' bytes are.
+    ``end=None``: to the end of the body, whose length ``ended`` is told."""
     assert first is not None
     position = 0
     try:
         while piece := await first.body.read(1024 * 1024):
-            low, high = max(start - position, 0), min(len(piece), end - position)
+            low = max(start - position, 0)
+            high = len(piece) if end is None else min(len(piece), end - position)
             position += len(piece)
             if bandwidth is not None:
                 await bandwidth.take(len(piece))
             if low < high:
                 counters.bytes += high - low
                 yield piece[low:high]
-            if position >= end:
+            if end is not None and position >= end:
                 break
+        else:
+            if ended is not None:
+                ended(position)
     finally:
         first.close()

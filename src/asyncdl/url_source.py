@@ -5,8 +5,10 @@ counts as an :class:`~asyncdl.s3_source.S3Object`, sent unsigned to the URL as g
 No credentials are added: a presigned URL carries its own in the query string, so
 that query is a secret. It is sent, never shown: the URL a download reports (its
 ``key``, its errors, the log) is the URL without query, fragment or user info, and
-a failure whose message held the full URL is raised with that part scrubbed and
-without its cause.
+a failure of the transport is raised as a new error whose message has every URL in
+it (the one given, and any a redirect led to: an endpoint that redirects to a
+presigned S3 URL) cut the same way, with no cause or context (aiohttp's errors
+hold the URLs they met in their attributes).
 
 What a URL cannot do that a key can: a HEAD (a presigned GET URL is signed for GET
 only), so where the engine would HEAD an object, a URL sends a one-byte ranged GET
@@ -18,25 +20,36 @@ one: a whole-object answer from S3 does when the URL was presigned with
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
-from aiobotocore.response import AioStreamingBody
-from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
+from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError, SSLError
 
 from .adaptive import Budget
 from .errors import InvalidRequestError
 from .lean_send import Route
 from .lean_send import send as send_on
 from .ranges import ByteRange, parse_content_range
-from .s3_source import ObjectMeta, Response, S3Object
-from .signed_get import MAX_ERROR_BODY, GetTemplate, RawResponse, error_response
+from .s3_source import ObjectMeta, Response, S3Object, strong_etag
+from .signed_get import (
+    MAX_ERROR_BODY,
+    GetTemplate,
+    RawResponse,
+    body_length,
+    error_response,
+    streaming_body,
+)
 from .stats import OK, Counters
 
 #: What a result or an error names when the URL itself could not be read.
 _UNREADABLE = "<url>"
+#: Anything in a message that may be a URL (up to a quote, a space or a bracket).
+_URL_IN_TEXT = re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://[^\s'\"<>()\[\]{}]*")
+#: What is kept of a server's own words in a message (a malformed answer's).
+_MAX_SHOWN = 200
 
 
 def shown_url(url: object) -> str:
@@ -54,6 +67,12 @@ def shown_url(url: object) -> str:
         host = f"[{host}]"  # an IPv6 literal
     netloc = host if port is None else f"{host}:{port}"
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def scrub_urls(text: str) -> str:
+    """``text`` with each URL in it as :func:`shown_url` shows it (no query, fragment
+    or user info)."""
+    return _URL_IN_TEXT.sub(lambda found: shown_url(found.group()), text)
 
 
 def check_url(url: object) -> str:
@@ -113,13 +132,16 @@ class UrlObject(S3Object):
         epoch = await self._budget.acquire()
         try:
             raw = await self._request(ByteRange(0, 1).header(), if_match)
+            size: int | None = None
+            if raw.status == 200 and "content-range" not in raw.headers:
+                size = await self._whole_length(raw)
             raw.release()
         except BaseException as exc:
             if isinstance(exc, ClientError) and _empty(exc):  # an answer, and the right one
                 self.counts.gets[OK] += 1
                 self._budget.release_ok()
                 headers = exc.response["ResponseMetadata"]["HTTPHeaders"]
-                return ObjectMeta(size=0, etag=headers.get("etag"), headers=headers)
+                return ObjectMeta(size=0, etag=strong_etag(headers.get("etag")), headers=headers)
             self._failed(self.counts.gets, exc, epoch)
             raise
         self.counts.gets[OK] += 1
@@ -129,13 +151,30 @@ class UrlObject(S3Object):
         try:
             if raw.status == 206 and content_range is not None:
                 size = parse_content_range(content_range).total
-            elif raw.status == 200:  # Range ignored: the whole object's length
-                size = int(headers.get("content-length", ""))
-            else:
+            elif size is None:
                 raise ValueError(f"HTTP {raw.status}")
         except ValueError as exc:
             raise self.error(f"unexpected answer to a ranged GET: {exc}") from None
-        return ObjectMeta(size=size, etag=headers.get("etag"), headers=headers)
+        return ObjectMeta(size=size, etag=strong_etag(headers.get("etag")), headers=headers)
+
+    async def _whole_length(self, raw: Any) -> int:
+        """The length of a 200 to a ranged GET (Range ignored: the whole object), from
+        its Content-Length, or when it sent none by reading the body to its end."""
+        try:
+            length = body_length(raw.headers)
+        except ValueError as exc:
+            raw.release()
+            raise self.error(f"server sent {exc}") from None
+        if length is not None:
+            return length
+        response = Response.from_raw(
+            RawResponse(raw.status, raw.headers, streaming_body(raw, raw.headers)), raw.release
+        )
+        try:
+            await response.read_whole()
+            return response.content_length
+        finally:
+            response.close()
 
     async def _send(
         self,
@@ -149,9 +188,9 @@ class UrlObject(S3Object):
             raise self.error("a URL cannot be fetched by upload part (PartNumber)")
         range_header = byte_range.header() if byte_range is not None else None
         raw = await self._request(range_header, if_match)
-        length = int(raw.headers.get("content-length", 0))
         return self._wrap(
-            Response.from_raw, RawResponse(raw.status, raw.headers, AioStreamingBody(raw, length))
+            Response.from_raw,
+            RawResponse(raw.status, raw.headers, streaming_body(raw, raw.headers)),
         )
 
     async def _request(self, range_header: str | None, if_match: str | None) -> Any:
@@ -168,10 +207,13 @@ class UrlObject(S3Object):
         try:
             raw = await send_on(self._route, "GET", self._url, headers, shown=self.key)
         except BotoCoreError as exc:
-            # Not chained: aiohttp's own error may name the whole URL.
-            if isinstance(exc.kwargs.get("error"), aiohttp.TooManyRedirects):
-                raise self.error("too many redirects (more than 10); not retried") from None
-            raise self._scrubbed(exc) from None
+            failure: Exception | None = self._scrubbed(exc)
+        else:
+            failure = None
+        if failure is not None:
+            # Raised out here, so not even as a context: aiohttp's error (the cause and
+            # the context of ``exc``) holds every URL of the redirects it followed.
+            raise failure
         if raw.status < 300:
             return raw
         body = await raw.content.read(MAX_ERROR_BODY)
@@ -179,20 +221,38 @@ class UrlObject(S3Object):
         lowered = {name.lower(): value for name, value in raw.headers.items()}
         raise ClientError(error_response(raw.status, lowered, body), "GetObject")
 
-    def _scrubbed(self, exc: BotoCoreError) -> BotoCoreError:
-        """``exc`` again, with the URL's query (and the whole URL) replaced by the URL
-        as shown: aiohttp names the URL in some of its errors (too many redirects)."""
+    def _scrubbed(self, exc: BotoCoreError) -> Exception:
+        """A new error for ``exc``, its message with every URL as shown: aiohttp names
+        URLs in its errors (of the hop that failed, which a redirect may have led to).
+        Retried as ``exc`` would be, unless the answer was not HTTP at all."""
+        error = exc.kwargs.get("error")
+        if isinstance(error, aiohttp.TooManyRedirects):
+            return self.error("too many redirects (more than 10); not retried")
+        if isinstance(error, aiohttp.ClientResponseError):
+            # aiohttp could not parse the answer (a malformed Content-Length, a status
+            # line that is not HTTP): the server's, and no retry will change it.
+            words = scrub_urls(str(error.message))
+            if len(words) > _MAX_SHOWN:
+                words = words[:_MAX_SHOWN] + "..."
+            return self.error(f"the server's answer is not valid HTTP: {words}")
         message = str(exc)
         for secret, shown in self._secrets:
             if secret:
                 message = message.replace(secret, shown)
-        if message == str(exc):
-            return exc
+        message = scrub_urls(message)
+        if isinstance(exc, SSLError):
+            return _ScrubbedSSL(message=message)
         return _Scrubbed(message=message)
 
 
 class _Scrubbed(HTTPClientError):  # type: ignore[misc]  # botocore is untyped
-    """A transport error (retried as one), its message with the URL's secrets taken out."""
+    """A transport error (retried as one), its message with the URLs' secrets taken out."""
+
+    fmt = "{message}"
+
+
+class _ScrubbedSSL(SSLError):  # type: ignore[misc]  # botocore is untyped
+    """A TLS failure (not retried), its message with the URLs' secrets taken out."""
 
     fmt = "{message}"
 

@@ -71,6 +71,9 @@ class Fault:
     #: ``reply_close``, else keep it open (a declared length never sent stalls a reader).
     reply: tuple[int, dict[str, str], bytes] | None = None
     reply_close: bool = False
+    #: Send the response body with ``Transfer-Encoding: chunked`` and no Content-Length
+    #: (a server that does not know its length up front); other body faults do not apply.
+    chunked: bool = False
 
 
 FaultRule = Callable[[RequestRecord], Fault | None]
@@ -337,6 +340,11 @@ class TcpProxy:
             keep_alive = length is not None
             if fault.response_headers:
                 response_head = _replace_headers(response_head, fault.response_headers)
+            if fault.chunked and length not in (None, "0"):
+                assert length is not None
+                changes = {"content-length": None, "transfer-encoding": "chunked"}
+                writer.write(_rewrite_head(_replace_headers(response_head, changes), True))
+                return await _relay_chunked(up_reader, writer, int(length), self._sent)
             writer.write(_rewrite_head(response_head, keep_alive))
             remaining = int(length) if length is not None else -1
             whole = await _relay_body(
@@ -388,6 +396,28 @@ async def _relay_body(
         if remaining > 0:
             remaining -= len(chunk)
     return remaining == 0
+
+
+async def _relay_chunked(
+    up_reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    remaining: int,
+    sent_to_client: Callable[[int], None],
+) -> bool:
+    """Relay ``remaining`` body bytes as chunks (one per upstream read), then the last
+    chunk; return whether the body went out whole."""
+    while remaining > 0:
+        chunk = await up_reader.read(min(_CHUNK, remaining))
+        if not chunk:
+            writer.close()  # a chunked body without its last chunk: cut
+            return False
+        sent_to_client(len(chunk))
+        writer.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+        await writer.drain()
+        remaining -= len(chunk)
+    writer.write(b"0\r\n\r\n")
+    await writer.drain()
+    return True
 
 
 async def _error_reply(status: int, code: str, method: str, writer: asyncio.StreamWriter) -> None:
