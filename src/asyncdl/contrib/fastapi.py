@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import mimetypes
+import re
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from http import HTTPStatus
@@ -103,6 +104,47 @@ SERVE_PREFETCH = 2
 _ATTEMPTS = 3
 #: What S3 stores when the uploader named no type: no type at all, so guess one.
 _NO_TYPE = "binary/octet-stream"
+#: A guess from the key's name is kept only for a type no browser runs as a page or
+#: script: the name is the uploader's, and an app that serves uploads must not give
+#: them HTML, SVG, XML, JavaScript or PDF (a viewer that runs its scripts, forms that
+#: post to the origin) on its own origin. Media (but not SVG), fonts and these few
+#: types; any other guess, and whatever the host's mime.types adds, is not trusted.
+_PASSIVE_MAJOR_TYPES = frozenset({"image", "audio", "video", "font"})
+_PASSIVE_TYPES = frozenset(
+    {
+        "text/plain",
+        "text/csv",
+        "text/css",
+        "text/markdown",
+        "text/tab-separated-values",
+        "application/json",
+        "application/zip",
+        "application/x-tar",
+    }
+)
+#: Served when the type is unknown (RFC 9110 §8.3): a browser saves it, never renders
+#: it (text/plain would be shown, and older browsers sniffed it into HTML).
+_UNKNOWN_TYPE = "application/octet-stream"
+#: Representation metadata stored with the object (RFC 9110 §8), sent as S3 sends it:
+#: a client decodes (a gzipped file stored with Content-Encoding), caches, and saves
+#: the body by them. ``filename`` names the file instead of a stored disposition.
+_STORED_FIELDS = (
+    "Content-Encoding",
+    "Content-Language",
+    "Content-Disposition",
+    "Cache-Control",
+    "Expires",
+)
+#: What a 304 carries of a 200's fields (RFC 9110 §15.4.5; Date is the server's, and
+#: Content-Location and Vary are never sent): what a cache updates its copy with.
+_NOT_MODIFIED_FIELDS = ("ETag", "Cache-Control", "Expires")
+#: On every answer: a browser takes the type sent, never one it sniffs from the body.
+_NOSNIFF = {"X-Content-Type-Options": "nosniff"}
+#: A header value that can be sent: Latin-1 without control characters (HTTP's
+#: field-vchar, SP and HTAB; a CR or LF would end the header).
+_FIELD_VALUE = re.compile(r"[\t\x20-\x7e\x80-\xff]*")
+#: A media type is ASCII (RFC 9110 §8.3.1): a stored one that is not is not used.
+_ASCII_VALUE = re.compile(r"[\t\x20-\x7e]*")
 
 #: The answer to each error, by the first class that matches; anything else is 502
 #: (S3, or the way to it, failed). Only the status's phrase is sent: no bucket, key
@@ -137,8 +179,14 @@ async def object_response(
     - ``If-Range`` (an ETag), ``If-None-Match`` / ``If-Modified-Since`` (304, after a
       HEAD, with no GET), ``If-Match`` / ``If-Unmodified-Since`` (412);
     - HEAD: the headers, after one S3 HEAD (no GET);
-    - ``ETag``, ``Accept-Ranges``, ``Content-Type`` (S3's, or a guess from the key),
-      ``Last-Modified``, and ``Content-Disposition: attachment`` naming ``filename``;
+    - ``ETag``, ``Accept-Ranges``, ``Last-Modified``, ``Content-Type`` (the stored
+      one, or a guess from the key that is never a type a browser runs: HTML, SVG,
+      XML, JavaScript, PDF are sent as ``application/octet-stream``), the stored
+      ``Content-Encoding``, ``Content-Language``, ``Cache-Control``, ``Expires`` and
+      ``Content-Disposition`` (or ``attachment`` naming ``filename``), and
+      ``X-Content-Type-Options: nosniff`` on every answer; a 304 carries ``ETag``,
+      ``Cache-Control`` and ``Expires``; a stored value that cannot be sent in a
+      header is left out (a stored type: the guess is sent);
     - 404, 403, 400, 503 (changed while read) or 502 (S3 failed), saying nothing of
       the bucket or key.
 
@@ -152,7 +200,7 @@ async def object_response(
     check_parts(chunk_size, prefetch, bucket=bucket, key=key)
     method = request.method
     if method not in ("GET", "HEAD"):
-        return Response(status_code=405, headers={"Allow": "GET, HEAD"})
+        return Response(status_code=405, headers={"Allow": "GET, HEAD", **_NOSNIFF})
     asked = Asked.from_headers(method, request.headers)
     try:
         return await _respond(
@@ -185,8 +233,10 @@ async def _respond(
         known = await engine.head(bucket, key, extra_args=extra_args)
     for _ in range(_ATTEMPTS):
         answer = asked.answer(_validators(known) if known is not None else None)
-        if known is not None and (asked.method == "HEAD" or answer.status not in (200, 206)):
-            return _bodiless(answer, known, key, disposition)
+        if known is not None and (
+            asked.method == "HEAD" or answer.status not in (200, 206) or answer.end == 0
+        ):
+            return _bodiless(answer, known, key, disposition)  # (an empty object's 200 too)
         stream = engine.stream(
             bucket,
             key,
@@ -211,6 +261,12 @@ async def _respond(
         assert stream.length is not None
         seen = ObjectInfo(stream.size, stream.etag, stream.headers)
         sending = Answer(answer.status, answer.start, answer.start + stream.length)
+        if not stream.headers and asked.answer(_validators(seen)) == sending:
+            # Nothing was read (S3 answers a range of an empty object with a 416, which
+            # carries none of its headers): the HEAD has them, as a HEAD request gets.
+            await stream.aclose()
+            known = await engine.head(bucket, key, extra_args=extra_args)
+            continue
         if asked.answer(_validators(seen)) == sending:
             headers = _headers(sending, seen, key, disposition)
             # The whole object is checked at its end: its last piece waits for the check.
@@ -288,42 +344,65 @@ def _headers(answer: Answer, info: ObjectInfo, key: str, disposition: str | None
         "Accept-Ranges": "bytes",
         "Content-Length": str(answer.end - answer.start),
         "Content-Type": _content_type(info, key),
+        **_NOSNIFF,
     }
     if answer.status == 206:
         headers["Content-Range"] = content_range(answer.start, answer.end, info.size)
-    if info.etag is not None:
-        headers["ETag"] = info.etag
-    if (modified := info.headers.get("last-modified")) is not None:
-        headers["Last-Modified"] = modified
+    headers |= _stored(info, ("ETag", "Last-Modified", *_STORED_FIELDS))
     if disposition is not None:
         headers["Content-Disposition"] = disposition
     return headers
 
 
 def _bodiless(answer: Answer, info: ObjectInfo, key: str, disposition: str | None) -> Response:
-    """A HEAD's answer, or a GET's 304, 412 or 416."""
+    """A HEAD's answer, or a GET's 304, 412 or 416 (or 200 of an empty object)."""
     if answer.status in (200, 206):
         headers = _headers(answer, info, key, disposition)
     elif answer.status == 304:
-        headers = {"ETag": info.etag} if info.etag is not None else {}
+        # Last-Modified only stands in for a missing ETag (§15.4.5).
+        fields = (
+            _NOT_MODIFIED_FIELDS
+            if info.etag is not None
+            else ("Last-Modified", "Cache-Control", "Expires")
+        )
+        headers = {**_stored(info, fields), **_NOSNIFF}
     elif answer.status == 416:
-        headers = {"Accept-Ranges": "bytes", "Content-Range": unsatisfied_range(info.size)}
+        headers = {
+            "Accept-Ranges": "bytes",
+            "Content-Range": unsatisfied_range(info.size),
+            **_NOSNIFF,
+        }
     else:
-        headers = {}
+        headers = dict(_NOSNIFF)
     return Response(status_code=answer.status, headers=headers)
+
+
+def _stored(info: ObjectInfo, names: tuple[str, ...]) -> dict[str, str]:
+    """The fields ``names`` as S3 answered them, each that it has and that can be sent."""
+    fields = {}
+    for name in names:
+        value = info.etag if name == "ETag" else info.headers.get(name.lower())
+        if value is not None and _FIELD_VALUE.fullmatch(value):
+            fields[name] = value
+    return fields
 
 
 def _content_type(info: ObjectInfo, key: str) -> str:
     stored = info.headers.get("content-type")
-    if stored and stored != _NO_TYPE:
-        return stored
-    guessed, _ = mimetypes.guess_type(key, strict=False)
-    return guessed or "application/octet-stream"
+    if stored and stored != _NO_TYPE and _ASCII_VALUE.fullmatch(stored):
+        return stored  # the uploader's choice, however active: the app owner's
+    guessed, encoding = mimetypes.guess_type(key, strict=False)
+    if guessed is None or encoding is not None:
+        return _UNKNOWN_TYPE  # "a.csv.gz": gzip bytes are not CSV
+    major = guessed.partition("/")[0]
+    if guessed in _PASSIVE_TYPES or (major in _PASSIVE_MAJOR_TYPES and "xml" not in guessed):
+        return guessed
+    return _UNKNOWN_TYPE
 
 
 def _failure(exc: DownloadError) -> Response:
     status = next((code for cls, code in _ERROR_STATUS if isinstance(exc, cls)), 502)
     # A missing key is the client's business; S3 failing is the operator's.
     logger.log(logging.INFO if status < 500 else logging.WARNING, "HTTP %d: %s", status, exc)
-    headers = {"Retry-After": "1"} if status == 503 else None
+    headers = {"Retry-After": "1", **_NOSNIFF} if status == 503 else dict(_NOSNIFF)
     return JSONResponse({"detail": HTTPStatus(status).phrase}, status_code=status, headers=headers)
