@@ -11,11 +11,12 @@ whatever the concurrency.
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from .body_reader import BodyReader
+from .body_reader import BodyReader, _stream_of
 from .config import KiB, MiB, TransferConfig
 from .context import Context
 from .errors import ChecksumError, ObjectChangedError, RetryableError, translate
@@ -355,16 +356,15 @@ async def _drain(fetch: Fetch, response: Response, part: Part) -> None:
     flush_at = 1 if fetch.each_piece else target
     with BodyReader(response.body, config.read_timeout, target, fetch.ctx.bandwidth) as reader:
         writes = _Writes(fetch, part, reader)
+        # Body bytes before ``part.pos``: the whole object sent again, read past the
+        # bytes already on disk.
         skip = part.pos - body_start
-        while skip > 0:
-            # The whole object sent again: read past the bytes already on disk.
-            chunk = await reader.read()
-            if not chunk:
-                raise RetryableError("the body ended before the bytes to resume from")
-            if len(chunk) > skip:
-                writes.add(chunk[skip:], limit)
-            skip -= len(chunk)
         try:
+            while skip > 0:
+                chunk = await reader.read()
+                if not chunk:
+                    raise RetryableError("the body ended before the bytes to resume from")
+                skip = _add_past(writes, chunk, skip, limit)
             while chunk := await reader.read():
                 writes.add(chunk, limit)
                 if writes.size >= flush_at:
@@ -372,13 +372,49 @@ async def _drain(fetch: Fetch, response: Response, part: Part) -> None:
                     await writes.flush()
         except Exception:
             # Bytes that arrived before a broken stream are good: keep them, so the retry
-            # resumes after them instead of fetching them again.
+            # resumes after them instead of fetching them again; those aiohttp still
+            # holds too (it raises the break ahead of them).
+            for piece in _held_after_failure(response.body):
+                skip = _add_past(writes, piece, skip, limit)
             await writes.flush()
             raise
         await writes.flush()
     if part.pos != limit:
         # aiobotocore checks Content-Length at EOF; this guards a body without one.
         raise obj.error(f"body ended at byte {part.pos}, expected {limit}")
+
+
+def _add_past(writes: _Writes, chunk: bytes, skip: int, limit: int) -> int:
+    """Gather what of ``chunk`` lies past the first ``skip`` bytes; the bytes still to skip."""
+    if skip >= len(chunk):
+        return skip - len(chunk)
+    writes.add(chunk[skip:] if skip else chunk, limit)
+    return 0
+
+
+def _held_after_failure(body: Any) -> list[bytes]:
+    """The pieces of a failed body that aiohttp received but never handed over.
+
+    aiohttp raises a stream's failure (the connection ended early, a stall) ahead of
+    the bytes it still holds, and they are gone with the response. A cut that lands
+    while nobody reads the body (GET-first's first answer waits for its part task
+    while the fan-out is set up; a part is writing what it gathered) then lost every
+    byte aiohttp held, and the retry asked for them again: from the range's start, for
+    a first answer. They are the body as the server sent it, up to the cut. The
+    stream's pieces are aiohttp's own (a deque, and the offset read into its first):
+    another aiohttp, or a body that is not aiohttp's, gives none.
+    """
+    stream = _stream_of(body)
+    if stream is None or stream.exception() is None:
+        return []
+    pieces = getattr(stream, "_buffer", None)
+    offset = getattr(stream, "_buffer_offset", 0)
+    if not isinstance(pieces, deque) or not isinstance(offset, int):
+        return []
+    held = [bytes(piece) for piece in pieces]
+    if held and offset:
+        held[0] = held[0][offset:]
+    return held
 
 
 def write_target(config: TransferConfig) -> int:
