@@ -7,7 +7,10 @@
   download managers and caches expect (``Range``, ``If-Range``, ``If-None-Match``...,
   see ``asyncdl.contrib.fastapi.object_response``); ``HEAD`` answers the headers
   after one S3 HEAD; ``?download=true`` names the file for a browser to save; 404
-  for a missing key; only allow-listed buckets.
+  for a missing key; only allow-listed buckets. Every answer says ``nosniff``, and
+  a type is never guessed into one a browser runs (``page.html`` stored without a
+  type is sent as ``application/octet-stream``): store the type with the upload
+  (``ContentType=``) for what is to be shown inline.
 - ``POST /downloads`` downloads a batch of keys into the server-side folder (names
   confined to it) and returns one result per key.
 """
