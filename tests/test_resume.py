@@ -311,18 +311,23 @@ async def test_damaged_journal(
     assert leftovers(tmp_path) == []
 
 
-async def test_range_claimed_by_hand_is_caught_by_the_checksum(
+@pytest.mark.parametrize("fsync", [False, True])
+async def test_range_claimed_by_hand_is_caught(
     client: Any,
     config: asyncdl.TransferConfig,
     s3: Any,
     bucket: str,
     proxy: TcpProxy,
     tmp_path: Path,
+    fsync: bool,
 ) -> None:
+    """A journal written with fsync=False is checked against the bytes read back: the
+    claimed range is fetched again, the rest reused. One written with fsync=True is
+    trusted (each line followed its bytes' fdatasync); the checksum catches it then."""
     data = payload(SIZE)
     s3.put_object(Bucket=bucket, Key="k", Body=data, ChecksumAlgorithm="CRC32")
     target = tmp_path / "k"
-    config = resumable(config)
+    config = resumable(config, fsync=fsync)
     await interrupted(client, config, proxy, bucket, target)
     partial = tmp_path / ".k.asyncdl-partial"
     # Bytes the journal does not claim, zeroed; then a line claims some of them.
@@ -330,13 +335,20 @@ async def test_range_claimed_by_hand_is_caught_by_the_checksum(
         file.seek(12 * CHUNK)
         file.write(bytes(4 * CHUNK))
     _rewrite(tmp_path / ".k.asyncdl-journal", _extend_last_range)
+    found = partial_file.lookup(target, RuntimeError)
+    assert found is not None
+    claimed = found.ranges[-1]
     async with asyncdl.Engine(client, config=config) as engine:
         result = await engine.download(bucket, "k", target)
-    # The mismatch led to one fresh attempt, which took nothing from the partial.
     assert target.read_bytes() == data
     assert result.verified
-    assert result.reused_bytes == 0
-    assert ranged(proxy.requests) >= SIZE - CHUNK
+    if fsync:
+        # The mismatch led to one fresh attempt, which took nothing from the partial.
+        assert result.reused_bytes == 0
+        assert ranged(proxy.requests) >= SIZE - CHUNK
+    else:
+        assert 0 < result.reused_bytes <= SIZE - (claimed[1] - claimed[0])
+        assert ranged(proxy.requests) < SIZE - CHUNK
     assert leftovers(tmp_path) == []
 
 
@@ -525,3 +537,46 @@ def test_partial_names_stay_in_the_directory_and_never_look_like_targets(tmp_pat
     for name in (partial.name, journal.name):
         assert not is_temp_file(name)
         assert not is_temp_file(name, run="0123abcd")
+
+
+def refused_head(request: RequestRecord) -> Fault | None:
+    """A bucket policy that allows GET but not HEAD."""
+    return Fault(status=403, error_code="AccessDenied") if request.method == "HEAD" else None
+
+
+@pytest.mark.parametrize("changed", [False, True])
+async def test_a_refused_head_confirms_the_partial_with_a_pinned_one_byte_get(
+    client: Any,
+    config: asyncdl.TransferConfig,
+    s3: Any,
+    bucket: str,
+    proxy: TcpProxy,
+    tmp_path: Path,
+    changed: bool,
+) -> None:
+    data = payload(SIZE)
+    etag = s3.put_object(Bucket=bucket, Key="k", Body=data, ChecksumAlgorithm="CRC32")["ETag"]
+    target = tmp_path / "k"
+    config = resumable(config)
+    await interrupted(client, config, proxy, bucket, target)
+    if changed:
+        data = payload(SIZE, seed=3)
+        s3.put_object(Bucket=bucket, Key="k", Body=data)
+    proxy.rule = refused_head
+    async with asyncdl.Engine(client, config=config) as engine:
+        result = await engine.download(bucket, "k", target)
+    assert target.read_bytes() == data
+    probe = next(r for r in proxy.requests if r.method == "GET")
+    assert (probe.range, probe.headers.get("if-match")) == ("bytes=0-0", etag)
+    if changed:
+        assert result.reused_bytes == 0
+        assert result.partial_discarded is not None
+        assert "changed" in result.partial_discarded
+    else:
+        assert result.partial_discarded is None
+        assert result.reused_bytes > 0
+        # No HEAD could bring the checksum, and the result says so.
+        assert not result.verified
+        assert result.unverified_reason is not None
+        assert "HEAD" in result.unverified_reason
+    assert leftovers(tmp_path) == []

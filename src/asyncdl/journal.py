@@ -5,14 +5,23 @@ Append-only JSON lines, each followed by a tab and the CRC32 of its JSON, so tha
 torn or hand-edited line is detected:
 
 - line 1, the header: format version, bucket, key, VersionId, ETag, size, the
-  target's file name;
+  target's file name, and ``fsync``: whether every line was appended only after its
+  bytes were ``fdatasync``-ed (absent: no);
 - then one line per write that reached the partial file: ``[start, end, crcs]``,
   bytes ``[start, end)`` (``start`` is where the part began: its later writes
-  extend its line) and their CRCs by algorithm: ``{"CRC32": n}``, the three of
-  ``checksums.every_crc`` while the algorithm was not known yet, or ``{}``.
+  extend its line) and their CRCs by algorithm: the verifier's (``{"CRC32C": n}``,
+  the three of ``checksums.every_crc`` while the algorithm was not known yet), plus
+  a CRC32 of the journal's own when the verifier ran none: every range can be read
+  back and checked (``{}`` only in journals of older versions).
 
 An incomplete last line (a crash mid-append) is ignored; any other damage makes the
 whole journal untrusted.
+
+The journal is compacted (:func:`merge`: contiguous ranges become one, their CRCs
+combined) when it grows past :data:`COMPACT_AT`, so its size follows the partial's
+holes, not its writes; ``partial_file`` rewrites it atomically. It is read a block at
+a time, and what it may hold is bounded by lines and ranges, not bytes: a journal of
+an older version (a line per write) of a very large object is still read.
 """
 
 from __future__ import annotations
@@ -21,15 +30,34 @@ import contextlib
 import json
 import os
 import zlib
+from collections.abc import Callable, Container, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
+
+from awscrt import checksums as crt
 
 from .checksums import CRC_ALGORITHMS, SPECULATED, crc_function, every_crc
 from .file_writes import CrcOf
 
 VERSION = 1
-#: A journal larger than this is not one asyncdl wrote (a line per write).
-MAX_SIZE = 64 * 1024 * 1024
+#: A line longer than this is not one asyncdl wrote (a header with the longest key
+#: and target name, every character escaped, is under 8 KiB).
+MAX_LINE = 64 * 1024
+#: Distinct ranges (part starts) a journal may hold: a line per part of an older
+#: version's journal of a 5 TiB object in 8 MiB parts is 655,360. Memory follows this,
+#: not the journal's bytes.
+MAX_RANGES = 1 << 20
+#: A journal this large is compacted (the threshold then follows what compacting
+#: left, doubled, so that a journal of many holes is not rewritten at every write).
+#: Internal: tests lower it.
+COMPACT_AT = 1024 * 1024
+_READ_SIZE = 1024 * 1024
+#: CRC combine math, by algorithm (awscrt's, as ``checksums.CrcCombiner`` uses).
+_COMBINE: dict[str, Callable[[int, int, int], int]] = {
+    "CRC32": crt.combine_crc32,
+    "CRC32C": crt.combine_crc32c,
+    "CRC64NVME": crt.combine_crc64nvme,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +71,9 @@ class Header:
     size: int
     target: str
 
-    def line(self) -> bytes:
+    def line(self, *, fsync: bool = False) -> bytes:
+        """The header's line; ``fsync``: every line that follows is appended only
+        after its bytes were made durable."""
         return line_of(
             {
                 "v": VERSION,
@@ -53,6 +83,7 @@ class Header:
                 "etag": self.etag,
                 "size": self.size,
                 "target": self.target,
+                "fsync": fsync,
             }
         )
 
@@ -71,6 +102,8 @@ class Found:
     damaged: str | None = None
     #: Bytes of whole lines: what follows is an append a crash cut short.
     length: int = 0
+    #: Every line was appended after its bytes were made durable (``fsync=True``).
+    durable: bool = False
 
 
 class Corrupt(ValueError):
@@ -130,25 +163,80 @@ def _range_of(value: Any, size: int) -> Recorded:
 def parse(data: bytes) -> Found:
     """A journal's content: its header and the ranges on disk (per part, the longest
     recorded; parts that overlap another are dropped, their bytes fetched again)."""
-    lines = data.split(b"\n")
-    # Whatever follows the last newline is an append that a crash cut short.
-    lines.pop()
+    return _parse_blocks([data])
+
+
+def _parse_blocks(blocks: Iterable[bytes]) -> Found:
+    """:func:`parse` of a journal read a block at a time."""
+    lines = _lines_of(blocks)
     try:
-        if not lines:
+        first = next(lines, None)
+        if first is None:
             raise Corrupt("the journal has no header")
-        header = _header_of(_parse_line(lines[0]))
+        value = _parse_line(first)
+        header = _header_of(value)
+        length = len(first) + 1
         longest: dict[int, Recorded] = {}
-        for line in lines[1:]:
+        for line in lines:
             start, end, crcs = _range_of(_parse_line(line), header.size)
-            if start not in longest or longest[start][1] < end:
+            if start not in longest:
+                if len(longest) == MAX_RANGES:
+                    raise Corrupt(f"the journal records more than {MAX_RANGES} ranges")
                 longest[start] = (start, end, crcs)
+            elif longest[start][1] < end:
+                longest[start] = (start, end, crcs)
+            length += len(line) + 1
     except Corrupt as exc:
         return Found(damaged=f"its journal is damaged ({exc})")
     ranges: list[Recorded] = []
     for recorded in sorted(longest.values()):
         if not ranges or recorded[0] >= ranges[-1][1]:
             ranges.append(recorded)
-    return Found(header, ranges, length=data.rfind(b"\n") + 1)
+    return Found(header, ranges, length=length, durable=value.get("fsync") is True)
+
+
+def _lines_of(blocks: Iterable[bytes]) -> Iterator[bytes]:
+    """The whole lines of ``blocks`` (without their newline). Whatever follows the last
+    newline is an append that a crash cut short."""
+    rest = b""
+    for block in blocks:
+        lines = (rest + block).split(b"\n")
+        rest = lines.pop()
+        for line in lines:
+            if len(line) > MAX_LINE:
+                raise Corrupt("a line of the journal is longer than any asyncdl writes")
+            yield line
+        if len(rest) > MAX_LINE:
+            raise Corrupt("a line of the journal is longer than any asyncdl writes")
+
+
+def merge(ranges: list[Recorded], *, open_starts: Container[int], size: int) -> list[Recorded]:
+    """``ranges`` (sorted, apart), contiguous ones merged into one: its CRCs combined,
+    for each algorithm every merged range has. A range still being written (its
+    start in ``open_starts``, its end followed by no range and short of ``size``) stays
+    apart: its part's next line extends it from that start."""
+    merged: list[Recorded] = []
+    for index, (start, end, crcs) in enumerate(ranges):
+        last = merged[-1] if merged else None
+        followed = end == size or (index + 1 < len(ranges) and ranges[index + 1][0] == end)
+        if last is None or last[1] != start or (start in open_starts and not followed):
+            merged.append((start, end, dict(crcs)))
+            continue
+        length = end - start
+        combined = {
+            name: _COMBINE[name](crc, crcs[name], length)
+            for name, crc in last[2].items()
+            if name in crcs
+        }
+        merged[-1] = (last[0], end, combined)
+    return merged
+
+
+def content(header: Header, ranges: Iterable[Recorded], *, fsync: bool) -> bytes:
+    """A whole journal: ``header`` and one line per range."""
+    lines = [header.line(fsync=fsync)]
+    lines.extend(line_of([start, end, crcs]) for start, end, crcs in ranges)
+    return b"".join(lines)
 
 
 _ALGORITHM_OF = {}
@@ -166,8 +254,12 @@ def crcs_of(crc: CrcOf[Any] | None, value: Any) -> dict[str, int]:
 
 
 def read(fd: int) -> Found:
-    """The journal open at ``fd``, as :func:`parse` reads it."""
-    size = os.fstat(fd).st_size
-    if size > MAX_SIZE:
-        return Found(damaged="its journal is larger than any asyncdl writes")
-    return parse(os.pread(fd, size, 0))
+    """The journal open at ``fd``, as :func:`parse` reads it, a block at a time."""
+
+    def blocks() -> Iterator[bytes]:
+        offset = 0
+        while block := os.pread(fd, _READ_SIZE, offset):
+            yield block
+            offset += len(block)
+
+    return _parse_blocks(blocks())

@@ -5,26 +5,38 @@ there is none; nothing at all for a listed object that fits one write, which is
 never journaled). One of the same object (bucket, key, VersionId, target) is
 continued when the object is still the same: the listed size and ETag say so, or a
 HEAD pinned with ``If-Match`` to the journal's ETag (it brings the checksum too;
-412: the object changed). Otherwise it is discarded (removed) and the result says
-why. When the partial file opens, :func:`reuse` takes its recorded ranges: their
-CRCs feed the check as if the bytes had just arrived, and only the gaps are
-fetched. The files themselves, their lock and their journal: ``partial_file``.
+412: the object changed). Where HEAD is refused (some bucket policies allow GET
+only), a one-byte ranged GET pinned the same way confirms it, as a URL's downloads
+do; the checksum then goes unread, and the result says why. Otherwise it is
+discarded (removed) and the result says why. When the partial file opens (its
+ranges read back and checked first, unless ``fsync=True`` wrote them all: see
+``partial_file``), :func:`reuse` takes its recorded ranges: their CRCs feed the check
+as if the bytes had just arrived, and only the gaps are fetched. The files
+themselves, their lock and their journal: ``partial_file``.
 """
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import partial_file, quick_io
 from .context import Context
-from .errors import ObjectChangedError, TargetBusyError, source_name
+from .errors import (
+    AccessDeniedError,
+    DownloadError,
+    ObjectChangedError,
+    TargetBusyError,
+    source_name,
+)
 from .journal import Header
 from .partial_file import Busy, PartialFile
 from .progress import Reporter
+from .ranges import ByteRange
 from .request_args import ExtraArgs
 from .retry import with_retries
-from .s3_source import S3Object
+from .s3_source import ObjectMeta, RangeNotSatisfiable, S3Object
 from .strategies import Discovery
 from .verify import Verifier, send_checksum_head
 from .writer import TempFile
@@ -125,7 +137,8 @@ async def discover(
 
 async def _pinned_head(ctx: Context, obj: S3Object, header: Header) -> Discovery | None:
     """A HEAD pinned to the partial's ETag: the object's size and checksum, or ``None``
-    when it changed (412). Any other failure fails the download; the partial stays."""
+    when it changed (412). A refused HEAD (403) is asked again as a pinned one-byte
+    GET. Any other failure fails the download; the partial stays."""
     try:
         meta = await with_retries(
             ctx.config,
@@ -137,7 +150,52 @@ async def _pinned_head(ctx: Context, obj: S3Object, header: Header) -> Discovery
         )
     except ObjectChangedError:
         return None
+    except AccessDeniedError as refused:
+        return await _pinned_get(ctx, obj, header, refused)
     return Discovery(size=meta.size, etag=meta.etag or header.etag, checksum=meta.checksum)
+
+
+async def _pinned_get(
+    ctx: Context, obj: S3Object, header: Header, refused: DownloadError
+) -> Discovery | None:
+    """A GET of the first byte pinned to the partial's ETag: its Content-Range has the
+    size. Its answer carries no checksum; where the policy wants one, the refused HEAD
+    is what the check hears of (no second HEAD is sent to be refused again)."""
+
+    async def probe() -> int:
+        try:
+            response = await obj.get(ByteRange(0, 1), if_match=header.etag)
+        except RangeNotSatisfiable:
+            return 0  # empty now: not the partial's object
+        try:
+            content_range = response.content_range
+            if response.status == 200 and content_range is None:
+                return response.content_length  # Range ignored: the whole object's
+            if response.status != 206 or content_range is None or content_range.start != 0:
+                raise obj.error(f"unexpected answer to a one-byte ranged GET: {response.status}")
+            return content_range.total
+        finally:
+            response.close()
+
+    try:
+        size = await with_retries(
+            ctx.config,
+            probe,
+            bucket=obj.bucket,
+            key=obj.key,
+            what="discovery",
+            counters=ctx.counters,
+        )
+    except ObjectChangedError:
+        return None
+    checksum_head = None
+    if ctx.config.validate != "off" and obj.checksum_heads:
+
+        async def head_refused() -> ObjectMeta:
+            raise refused
+
+        checksum_head = asyncio.create_task(head_refused())
+    return Discovery(size=size, etag=header.etag, checksum_head=checksum_head)
 
 
 async def reuse(

@@ -1,0 +1,150 @@
+"""The journal of a resumable download stays small: contiguous recorded ranges are
+merged (their CRCs combined) once it grows, so its size follows the holes of the
+partial file, not the number of writes; and a journal larger than any asyncdl used to
+allow is still read."""
+
+from __future__ import annotations
+
+import random
+import zlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+from awscrt import checksums as crt
+
+import asyncdl
+from asyncdl import journal, partial_file
+from asyncdl.testing.tcp_proxy import TcpProxy
+
+from .conftest import CHUNK, payload
+from .test_resume import SIZE, interrupted, leftovers, resumable
+
+_CRCS = {"CRC32": zlib.crc32, "CRC32C": crt.crc32c, "CRC64NVME": crt.crc64nvme}
+
+
+def recorded(data: bytes, start: int, end: int, *algorithms: str) -> journal.Recorded:
+    return start, end, {name: _CRCS[name](data[start:end], 0) for name in algorithms}
+
+
+def test_merged_ranges_carry_the_crc_of_their_bytes() -> None:
+    data = random.Random(1).randbytes(10_000)
+    ranges = [
+        recorded(data, 0, 100, "CRC32", "CRC32C", "CRC64NVME"),
+        recorded(data, 100, 1000, "CRC32", "CRC64NVME"),
+        recorded(data, 1000, 1001, "CRC32", "CRC64NVME"),
+        # A hole, then a run whose last range is a part still being written.
+        recorded(data, 2000, 3000, "CRC32"),
+        recorded(data, 3000, 4000, "CRC32"),
+        recorded(data, 4000, 5000, "CRC32"),
+        recorded(data, 6000, 7000, "CRC32"),
+        recorded(data, 7000, 7500, "CRC32"),
+    ]
+    merged = journal.merge(ranges, open_starts={4000, 7000, 6000}, size=len(data))
+    assert merged == [
+        recorded(data, 0, 1001, "CRC32", "CRC64NVME"),
+        recorded(data, 2000, 4000, "CRC32"),
+        recorded(data, 4000, 5000, "CRC32"),
+        # 7000 is open, but its range ends where none follows: only its own start is
+        # kept apart; 6000 is followed by 7000, so it is done.
+        recorded(data, 6000, 7000, "CRC32"),
+        recorded(data, 7000, 7500, "CRC32"),
+    ]
+    # A range with no CRC in common with its neighbour loses nothing by merging: the
+    # merged range holds the CRCs both had.
+    assert journal.merge([(0, 5, {}), (5, 9, {"CRC32": 1})], open_starts=set(), size=9) == [
+        (0, 9, {})
+    ]
+
+
+async def test_many_writes_keep_the_journal_small_and_it_still_resumes(
+    client: Any,
+    config: asyncdl.TransferConfig,
+    s3: Any,
+    bucket: str,
+    proxy: TcpProxy,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(journal, "COMPACT_AT", 512)
+    data = payload(SIZE)
+    s3.put_object(Bucket=bucket, Key="k", Body=data, ChecksumAlgorithm="CRC32C")
+    target = tmp_path / "k"
+    # 4 KiB writes: 16 lines per part before merging.
+    config = resumable(config, write_size=4096)
+    await interrupted(client, config, proxy, bucket, target)
+    found = partial_file.lookup(target, RuntimeError)
+    assert found is not None
+    assert found.damaged is None
+    reused = sum(end - start for start, end, _ in found.ranges)
+    assert reused >= 8 * CHUNK  # about 100 writes
+    size = (tmp_path / ".k.asyncdl-journal").stat().st_size
+    lines = (tmp_path / ".k.asyncdl-journal").read_bytes().count(b"\n")
+    assert size < 2048, f"{size} bytes, {lines} lines for {reused // 4096} writes"
+    async with asyncdl.Engine(client, config=config) as engine:
+        result = await engine.download(bucket, "k", target)
+    assert target.read_bytes() == data
+    assert result.verified
+    assert result.reused_bytes == reused
+    assert leftovers(tmp_path) == []
+
+
+async def test_a_journal_past_the_old_size_cap_still_resumes(
+    client: Any,
+    config: asyncdl.TransferConfig,
+    s3: Any,
+    bucket: str,
+    proxy: TcpProxy,
+    tmp_path: Path,
+) -> None:
+    """An interrupted download of a very large object by an asyncdl that wrote a line
+    per write: a journal past 64 MiB, most of its lines superseded by later ones."""
+    data = payload(SIZE)
+    s3.put_object(Bucket=bucket, Key="k", Body=data, ChecksumAlgorithm="CRC32")
+    target = tmp_path / "k"
+    config = resumable(config)
+    await interrupted(client, config, proxy, bucket, target)
+    path = tmp_path / ".k.asyncdl-journal"
+    header, *lines = path.read_bytes().splitlines(keepends=True)
+    body = b"".join(lines)
+    repeats = (65 * 1024 * 1024) // len(body) + 1
+    path.write_bytes(header + body * repeats)
+    assert path.stat().st_size > 64 * 1024 * 1024
+    async with asyncdl.Engine(client, config=config) as engine:
+        result = await engine.download(bucket, "k", target)
+    assert target.read_bytes() == data
+    assert result.partial_discarded is None
+    assert result.reused_bytes > 0
+    assert result.verified
+    assert leftovers(tmp_path) == []
+
+
+async def test_a_resumed_large_journal_is_compacted(
+    client: Any,
+    config: asyncdl.TransferConfig,
+    s3: Any,
+    bucket: str,
+    proxy: TcpProxy,
+    tmp_path: Path,
+) -> None:
+    """Adopted, a journal past the threshold is written again small, atomically."""
+    data = payload(SIZE)
+    s3.put_object(Bucket=bucket, Key="k", Body=data, ChecksumAlgorithm="CRC32")
+    target = tmp_path / "k"
+    config = resumable(config)
+    await interrupted(client, config, proxy, bucket, target, at=8 * CHUNK)
+    path = tmp_path / ".k.asyncdl-journal"
+    header, *lines = path.read_bytes().splitlines(keepends=True)
+    body = b"".join(lines)
+    path.write_bytes(header + body * ((2 * journal.COMPACT_AT) // len(body) + 1))
+    await interrupted(client, config, proxy, bucket, target, at=14 * CHUNK)
+    assert path.stat().st_size < journal.COMPACT_AT
+    found = partial_file.lookup(target, RuntimeError)
+    assert found is not None
+    assert found.damaged is None
+    assert found.ranges[0][0] == 0
+    assert leftovers(tmp_path) == [".k.asyncdl-journal", ".k.asyncdl-partial"]
+    async with asyncdl.Engine(client, config=config) as engine:
+        result = await engine.download(bucket, "k", target)
+    assert target.read_bytes() == data
+    assert result.verified
