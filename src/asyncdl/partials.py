@@ -71,7 +71,12 @@ def find_partials(directory: str | os.PathLike[str], *, recursive: bool = True) 
 
 
 def remove_partial(leftover: Leftover) -> bool:
-    """Remove ``leftover``'s files unless it is (or has become) busy; whether it was."""
+    """Remove ``leftover``'s files unless it is (or has become) busy; whether it was.
+
+    ``OSError`` when a file of it cannot be removed (an immutable file, another user's,
+    a directory this process cannot write): its ``filename`` says which, if it can.
+    A partial and its journal may then be half removed: what is left is found again.
+    """
     if leftover.kind == "temp":
         path = leftover.paths[0]
         try:

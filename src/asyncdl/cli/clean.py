@@ -45,12 +45,15 @@ def clean(directory: Path, dry_run: bool, older_than: float | None, no_recursive
     without resume (or an old version) a .NAME.XXXXXXXX.asyncdl-tmp file. This lists
     them (with the object each is of) and removes them; one that a running copy is
     writing is left alone (a temp file counts as running while it changed in the last
-    minute). Nothing else is touched.
+    minute). Nothing else is touched. One that cannot be removed (an immutable file,
+    another user's) is reported with the reason; the rest are still removed, and the
+    exit status is 1.
     """
     from ..errors import source_name  # noqa: PLC0415 - only when run
     from ..partials import find_partials, remove_partial  # noqa: PLC0415 - only when run
 
     total = 0
+    stuck = 0
     for leftover in find_partials(directory, recursive=not no_recursive):
         if older_than is not None and leftover.age < older_than:
             continue
@@ -63,12 +66,24 @@ def clean(directory: Path, dry_run: bool, older_than: float | None, no_recursive
         elif dry_run:
             click.echo(f"would remove: {what}")
             total += leftover.bytes_on_disk
-        elif remove_partial(leftover):
-            click.echo(f"removed: {what}")
-            total += leftover.bytes_on_disk
         else:
-            click.echo(f"busy (left alone): {what}")
+            try:
+                removed = remove_partial(leftover)
+            except OSError as exc:
+                stuck += 1
+                where = exc.filename if exc.filename is not None else leftover.paths[0]
+                click.echo(f"error: cannot remove {where}: {exc.strerror or exc}", err=True)
+                continue
+            if removed:
+                click.echo(f"removed: {what}")
+                total += leftover.bytes_on_disk
+            else:
+                click.echo(f"busy (left alone): {what}")
     verb = "would free" if dry_run else "freed"
+    if stuck:
+        leftovers = "leftover" if stuck == 1 else "leftovers"
+        click.echo(f"could not remove {stuck} {leftovers}; {verb} {mib(total)}", err=True)
+        return 1
     click.echo(f"{verb} {mib(total)}", err=True)
     return 0
 

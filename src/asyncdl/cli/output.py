@@ -99,6 +99,8 @@ class Output:
         self.debug = debug
         self.done = 0
         self.failed = 0
+        #: Files ``sync --delete`` could not delete: no object failed for them.
+        self.undeleted = 0
         self._stats: EngineStats | None = None
         if bar is None:
             bar = not quiet and sys.stderr.isatty()
@@ -148,6 +150,13 @@ class Output:
             self.note(f"note: {shown(result)}: {result.partial_discarded}")
         self.count(result.error)
 
+    def all_listed(self) -> None:
+        """The listing has ended and every object it named is done: their number is the
+        total (the bar said ``N/?`` until now)."""
+        self.objects = self.done
+        if self._bar is not None:
+            self._bar.describe(self._objects_text())
+
     def count(self, error: BaseException | None) -> None:
         """One object done, printing nothing but its error (``cat`` has no result line)."""
         self.done += 1
@@ -156,6 +165,11 @@ class Output:
             self.error(error)
         if self._bar is not None:
             self._bar.describe(self._objects_text())
+
+    def not_deleted(self, error: BaseException) -> None:
+        """A file that could not be deleted: its error, counted apart from objects."""
+        self.undeleted += 1
+        self.error(error)
 
     def error(self, error: BaseException) -> None:
         if self._bar is None:
@@ -202,14 +216,17 @@ class Output:
                 click.echo(f"stats: {line}", err=True)
 
     def _summary(self, complete: bool) -> int:
-        if not self.failed and complete:
+        if not self.failed and not self.undeleted and complete:
             return 0
-        if complete:
-            click.echo(f"{self.failed} of {self.done} objects failed", err=True)
-        else:
+        if not complete:
             click.echo(
                 f"the listing failed after {self.done} objects ({self.failed} failed)", err=True
             )
+        elif self.failed:
+            click.echo(f"{self.failed} of {self.done} objects failed", err=True)
+        if self.undeleted:
+            files = "file" if self.undeleted == 1 else "files"
+            click.echo(f"could not delete {self.undeleted} {files}", err=True)
         return 1
 
     def _objects_text(self) -> str:

@@ -128,7 +128,8 @@ async def _delete(job: SyncJob, listed: set[str], output: Output) -> None:
                 try:
                     await asyncio.to_thread(remove_stale, store, stale)
                 except OSError as exc:
-                    output.count(RemovalError(f"cannot remove {stale.path}: {exc.strerror}"))
+                    # Not an object that failed: counted apart (``could not delete``).
+                    output.not_deleted(RemovalError(f"cannot delete {stale.path}: {exc.strerror}"))
                     continue
             _say(output, "delete", stale.path, dry_run=job.dry_run)
     finally:
