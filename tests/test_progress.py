@@ -6,9 +6,14 @@ takes one (boto3's ``Callback``, tqdm's ``update``) gets the delta alone.
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import io
 import operator
 import os
+import re
+import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,6 +22,9 @@ import pytest
 from rich.progress import Progress
 
 import asyncdl
+from asyncdl.cli.app import make_settings
+from asyncdl.cli.output import Output
+from asyncdl.cli.work import copy_prefix
 from asyncdl.progress import Reporter
 from asyncdl.testing.tcp_proxy import Fault, RequestRecord, TcpProxy
 
@@ -301,3 +309,66 @@ async def test_a_callback_that_fits_neither_form_is_refused_before_anything_is_s
         engine.stream(bucket, "k", progress=callback)
     assert proxy.requests == []
     assert os.listdir(tmp_path) == []
+
+
+# -- the command line's bar -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("objects", [None, 1])
+def test_the_bar_ends_with_the_object_total_and_the_average_speed(
+    objects: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The bar draws on stderr; a file there (not a terminal) gets its last state only:
+    # the finished line a terminal keeps.
+    drawn = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", drawn)
+    count = objects or 3
+    output = Output(objects=objects, bar=True)
+    with output:
+        for _ in range(count):
+            for _ in range(4):
+                output.progress(256 * 1024, 1024 * 1024)
+                time.sleep(0.01)
+            output.count(None)
+        if objects is None:
+            output.all_listed()  # as cp -r and sync do when their listing has ended
+    (line,) = drawn.getvalue().splitlines()
+    assert line.startswith(f"{count}/{count} objects "), line
+    assert f"{count}.0/{count}.0 MiB" in line, line
+    speed = re.search(r" ([\d.]+) (k|M|G)?B/s ", line)
+    assert speed is not None, line
+    # The average over the run, not the rate of its last moments.
+    elapsed = 0.01 * 4 * count
+    assert float(speed[1]) * {"k": 1e3, "M": 1e6, "G": 1e9}[speed[2] or "k"] <= (
+        count * 2**20 / elapsed
+    )
+
+
+def test_cp_r_bar_learns_the_object_total_when_the_listing_ends(
+    s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for i in range(5):
+        s3.put_object(Bucket=bucket, Key=f"p/{i}", Body=payload(1000 + i, seed=i))
+    s3.put_object(Bucket=bucket, Key="p/big", Body=payload(3 * CHUNK))
+    drawn = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", drawn)
+    settings = make_settings(
+        concurrency=2,
+        chunk_size=CHUNK,
+        max_bandwidth=None,
+        validate="when_available",
+        endpoint_url=proxy.url,
+        quiet=False,
+        debug=False,
+    )
+    output = Output(objects=None, bar=True, quiet=True)
+    with output:
+        complete = asyncio.run(
+            copy_prefix(settings, bucket, "p/", tmp_path, strategy="auto", output=output)
+        )
+    assert complete
+    (line,) = drawn.getvalue().splitlines()
+    size = (sum(1000 + i for i in range(5)) + 3 * CHUNK) / 2**10
+    assert line.startswith("6/6 objects "), line
+    assert f"{size:.1f}/{size:.1f} KiB" in line, line
+    assert re.search(r" [\d.]+ (k|M|G)?B/s ", line), line

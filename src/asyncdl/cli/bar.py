@@ -45,7 +45,12 @@ class Bar:
         pulsing."""
         if full:
             task = self._progress.tasks[0]
+            elapsed = task.elapsed
+            # A new total resets rich's speed samples (the finished line read "?"): the
+            # line that stays shows the run's average speed instead.
             self._progress.update(self._task, total=task.total or task.completed)
+            if elapsed:
+                task.finished_speed = task.completed / elapsed
         self._progress.stop()
 
     def advance(self, delta: int, total: int | None) -> None:

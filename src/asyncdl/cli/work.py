@@ -90,6 +90,7 @@ async def copy_prefix(
         except DownloadError as error:  # the listing itself failed
             output.error(error)
             return False
+    output.all_listed()
     return True
 
 
