@@ -51,23 +51,46 @@ class _Busy(Exception):
     pass
 
 
-def find_partials(directory: str | os.PathLike[str], *, recursive: bool = True) -> list[Leftover]:
+def find_partials(
+    directory: str | os.PathLike[str],
+    *,
+    recursive: bool = True,
+    errors: list[OSError] | None = None,
+) -> list[Leftover]:
     """The partial files (with their journals) and stale temp files under
-    ``directory`` (and its subdirectories when ``recursive``), by path."""
+    ``directory`` (and its subdirectories when ``recursive``), by path.
+
+    A file or directory that cannot be looked at (``EACCES``, say) raises its
+    ``OSError``; with ``errors``, it is added there instead and the search goes on
+    (``asyncdl clean`` reports it). Links are never followed: a link at one of these
+    names is a leftover of its own (removing it leaves what it points to alone).
+    """
     found: list[Leftover] = []
-    for folder, names in _walk(Path(directory), recursive):
+    for folder, names in _walk(Path(directory), recursive, errors):
         stems: set[str] = set()
         for name in names:
             for suffix in (partial_file.PARTIAL_SUFFIX, partial_file.JOURNAL_SUFFIX):
                 if name.startswith(".") and name.endswith(suffix) and len(name) > len(suffix) + 1:
                     stems.add(name[1 : -len(suffix)])
             if is_temp_file(name):
-                with contextlib.suppress(FileNotFoundError):
+                with _looking(errors):
                     found.append(_temp(folder / name))
         for stem in stems:
-            with contextlib.suppress(FileNotFoundError):
+            with _looking(errors):
                 found.append(_partial(folder, stem))
     return sorted(found, key=lambda leftover: leftover.paths)
+
+
+@contextlib.contextmanager
+def _looking(errors: list[OSError] | None) -> Iterator[None]:
+    try:
+        yield
+    except FileNotFoundError:
+        pass  # gone meanwhile: nothing to remove
+    except OSError as exc:
+        if errors is None:
+            raise
+        errors.append(exc)
 
 
 def remove_partial(leftover: Leftover) -> bool:
@@ -80,7 +103,7 @@ def remove_partial(leftover: Leftover) -> bool:
     if leftover.kind == "temp":
         path = leftover.paths[0]
         try:
-            if time.time() - os.stat(path).st_mtime < TEMP_QUIET:
+            if time.time() - os.lstat(path).st_mtime < TEMP_QUIET:
                 return False
             os.unlink(path)
         except FileNotFoundError:
@@ -95,16 +118,19 @@ def remove_partial(leftover: Leftover) -> bool:
     return True
 
 
-def _walk(directory: Path, recursive: bool) -> Iterator[tuple[Path, list[str]]]:
+def _walk(
+    directory: Path, recursive: bool, errors: list[OSError] | None
+) -> Iterator[tuple[Path, list[str]]]:
     if not recursive:
         yield directory, os.listdir(directory)
         return
-    for folder, _, names in os.walk(directory):
+    # A directory that cannot be listed is skipped, as before, unless errors are kept.
+    for folder, _, names in os.walk(directory, onerror=None if errors is None else errors.append):
         yield Path(folder), names
 
 
 def _temp(path: Path) -> Leftover:
-    st = os.stat(path)
+    st = os.lstat(path)
     age = time.time() - st.st_mtime
     return Leftover("temp", (path,), None, None, None, None, None, _used(st), age, age < TEMP_QUIET)
 
@@ -115,7 +141,7 @@ def _partial(folder: Path, stem: str) -> Leftover:
     stats = []
     for path in (partial, journal):
         with contextlib.suppress(FileNotFoundError):
-            stats.append(os.stat(path))
+            stats.append(os.lstat(path))
     if not stats:
         raise FileNotFoundError(partial)
     found, busy = partial_file.peek(journal)

@@ -53,8 +53,12 @@ def clean(directory: Path, dry_run: bool, older_than: float | None, no_recursive
     from ..partials import find_partials, remove_partial  # noqa: PLC0415 - only when run
 
     total = 0
-    stuck = 0
-    for leftover in find_partials(directory, recursive=not no_recursive):
+    unseen: list[OSError] = []
+    found = find_partials(directory, recursive=not no_recursive, errors=unseen)
+    for exc in unseen:
+        click.echo(f"error: cannot look at {exc.filename}: {exc.strerror or exc}", err=True)
+    stuck = len(unseen)
+    for leftover in found:
         if older_than is not None and leftover.age < older_than:
             continue
         what = f"{leftover.paths[0]}"
