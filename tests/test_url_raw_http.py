@@ -20,10 +20,12 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from multidict import CIMultiDict
 
 import asyncdl
 from asyncdl.cli import cli
 from asyncdl.retry import with_retries
+from asyncdl.signed_get import body_length
 from asyncdl.testing.tcp_proxy import Fault, TcpProxy
 
 from .conftest import CHUNK, payload
@@ -178,6 +180,40 @@ async def test_a_chunked_200_without_length_is_the_whole_object(
     assert os.listdir(tmp_path) == ["obj"]
 
 
+async def test_a_chunked_body_cut_before_its_last_chunk_is_not_the_object(
+    engine: asyncdl.Engine, tmp_path: Path
+) -> None:
+    """Without a length, only the last chunk says the body is whole: a connection
+    closed before it is a cut (retried by a download), never a shorter object."""
+    body = payload(3 * CHUNK + 5)
+    whole = reply(200, {"ETag": '"v1"'}, body, chunked=True)
+    cut = whole[: len(whole) // 2]
+    answers = iter([cut, cut])
+
+    async with RawServer(lambda request: next(answers, whole)) as server:
+        url = server.url("/obj")
+        result = await engine.download_url(url, tmp_path / "obj")
+        assert (tmp_path / "obj").read_bytes() == body
+        assert result.size == len(body)
+        answers = iter([cut])
+        stream = engine.stream_url(url)
+        with pytest.raises(asyncdl.DownloadError, match="transfer failed"):
+            await _read_all(stream)
+        assert stream.size is None
+    assert len(server.requests) == 3 + 1
+    assert os.listdir(tmp_path) == ["obj"]
+
+
+async def test_the_size_probe_of_a_url_reads_a_body_without_length(
+    engine: asyncdl.Engine,
+) -> None:
+    """A URL's stand-in for a HEAD (a one-byte GET) answered whole and chunked."""
+    body = payload(CHUNK + 3)
+    async with RawServer(range_ignored(body)) as server:
+        meta = await engine._context.url_object(server.url("/obj")).head()
+    assert (meta.size, meta.etag) == (len(body), '"v1"')
+
+
 async def test_a_206_without_length_takes_it_from_content_range(
     engine: asyncdl.Engine, tmp_path: Path
 ) -> None:
@@ -192,6 +228,39 @@ async def test_a_206_without_length_takes_it_from_content_range(
         printed = await cat(url)
     assert printed.stdout_bytes == body
     assert all("range" in r.headers for r in server.requests)
+
+
+@pytest.mark.parametrize(
+    ("values", "length"),
+    [
+        ([], None),
+        (["0"], 0),
+        (["5"], 5),
+        ([" 5 "], 5),
+        (["5, 5"], 5),
+        (["5", "5"], 5),
+        (["9" * 18], 10**18 - 1),
+        (["9" * 19], ValueError),
+        (["9" * 5000], ValueError),
+        (["5", "6"], ValueError),
+        (["5, 6"], ValueError),
+        (["-1"], ValueError),
+        (["1e3"], ValueError),
+        (["+5"], ValueError),
+        (["0x5"], ValueError),
+        (["\u0665"], ValueError),  # a digit, but not an ASCII one
+        ([""], ValueError),
+    ],
+)
+def test_content_length_is_one_plain_decimal(values: list[str], length: Any) -> None:
+    headers = CIMultiDict(("Content-Length", value) for value in values)
+    if length is ValueError:
+        with pytest.raises(ValueError, match="Content-Length") as raised:
+            body_length(headers)
+        assert len(str(raised.value)) < 100
+    else:
+        assert body_length(headers) == length
+        assert body_length({"content-length": values[0]} if values else {}) == length
 
 
 @pytest.mark.parametrize(
@@ -217,13 +286,23 @@ async def test_a_content_length_that_is_not_a_decimal_is_a_clear_error(
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.parametrize("lean_get", [True, False])
 async def test_an_s3_answer_sent_chunked_is_read_whole(
-    s3: Any, bucket: str, proxy: TcpProxy, engine: asyncdl.Engine, tmp_path: Path
+    lean_get: bool, s3: Any, bucket: str, proxy: TcpProxy, client: Any, tmp_path: Path
 ) -> None:
-    """S3 (moto) behind a proxy that drops Range and re-frames each answer chunked."""
+    """S3 (moto) behind a proxy that drops Range and re-frames each answer chunked,
+    through asyncdl's lean GET and through botocore's ``get_object``."""
     body = payload(3 * CHUNK + 5)
     s3.put_object(Bucket=bucket, Key="k", Body=body)
     proxy.rule = lambda request: Fault(headers={"range": None}, chunked=True)
+    config = asyncdl.TransferConfig(chunk_size=CHUNK, lean_get=lean_get)
+    async with asyncdl.Engine(client, config=config) as engine:
+        await _download_and_stream(engine, bucket, body, tmp_path)
+
+
+async def _download_and_stream(
+    engine: asyncdl.Engine, bucket: str, body: bytes, tmp_path: Path
+) -> None:
     result = await engine.download(bucket, "k", tmp_path / "k")
     assert (tmp_path / "k").read_bytes() == body
     assert result.size == len(body)
@@ -349,6 +428,11 @@ async def test_a_weak_etag_from_s3_pins_nothing(
     assert (tmp_path / "k").read_bytes() == body
     assert result.etag is None
     assert not any("if-match" in r.headers for r in proxy.requests)
+    proxy.rule = None
+    given = await engine.download(bucket, "k", tmp_path / "g", size=len(body), etag='W/"v1"')
+    assert (tmp_path / "g").read_bytes() == body
+    assert given.etag is not None  # the object's own, strong one
+    assert not any(r.headers.get("if-match", "").startswith("W/") for r in proxy.requests)
 
 
 # -- 13: a DownloadError is never its own cause -----------------------------------------

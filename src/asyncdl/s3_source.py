@@ -37,9 +37,12 @@ def strong_etag(etag: object) -> str | None:
     return etag
 
 
-def normalize_etag(etag: str) -> str:
-    """ETags travel quoted; a caller may hand one over bare (as some listings print it)."""
-    if etag.startswith(('"', "W/")):
+def normalize_etag(etag: str) -> str | None:
+    """ETags travel quoted; a caller may hand one over bare (as some listings print it).
+    A weak one is ``None``, as one in an answer is (see :func:`strong_etag`)."""
+    if etag.startswith("W/"):
+        return None
+    if etag.startswith('"'):
         return etag
     return f'"{etag}"'
 

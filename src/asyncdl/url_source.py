@@ -228,7 +228,7 @@ class UrlObject(S3Object):
         error = exc.kwargs.get("error")
         if isinstance(error, aiohttp.TooManyRedirects):
             return self.error("too many redirects (more than 10); not retried")
-        if isinstance(error, aiohttp.ClientResponseError):
+        if type(error) is aiohttp.ClientResponseError:  # not a subclass: a proxy's 407...
             # aiohttp could not parse the answer (a malformed Content-Length, a status
             # line that is not HTTP): the server's, and no retry will change it.
             words = scrub_urls(str(error.message))
