@@ -104,6 +104,7 @@ async def _plan(settings: Settings, job: SyncJob, output: Output) -> tuple[bool,
         return False, output.done
     finally:
         skips.close()
+    output.all_listed()
     if job.delete:
         await _delete(job, listed, output)
     return True, output.done
