@@ -239,3 +239,29 @@ def test_peek_reads_a_journal_it_could_not_write(tmp_path: Path) -> None:
     assert found is not None, "peek could not read a journal it cannot write"
     assert found.header == header
     assert found.ranges == [(0, 10, {"CRC32": 5})]
+
+
+async def test_a_partial_that_reads_back_as_zeros_is_discarded_and_says_why(
+    client: Any,
+    config: asyncdl.TransferConfig,
+    s3: Any,
+    bucket: str,
+    proxy: TcpProxy,
+    tmp_path: Path,
+) -> None:
+    data = payload(SIZE)
+    s3.put_object(Bucket=bucket, Key="k", Body=data, ChecksumAlgorithm="CRC32")
+    target = tmp_path / "k"
+    config = resumable(config)
+    await interrupted(client, config, proxy, bucket, target)
+    partial, _ = partial_file.paths_for(target)
+    partial.write_bytes(bytes(SIZE))  # the power-loss case, every extent unwritten
+    async with asyncdl.Engine(client, config=config) as engine:
+        result = await engine.download(bucket, "k", target)
+    assert target.read_bytes() == data
+    assert result.verified
+    assert result.reused_bytes == 0
+    assert result.partial_discarded is not None
+    assert "did not read back" in result.partial_discarded
+    assert covered(fetched(proxy.requests), 0, SIZE)
+    assert leftovers(tmp_path) == []

@@ -283,6 +283,8 @@ class PartialFile(TempFile):
         self._journal_fd = -1
         #: Ranges taken over from an earlier attempt when opened.
         self.adopted: list[Recorded] = []
+        #: Bytes the journal recorded that did not read back as recorded (fetched again).
+        self.unmatched = 0
         #: Remove the partial and journal too when discarded (they are of no use).
         self.drop = False
         #: What a write at this offset continues: where its journal line begins,
@@ -343,6 +345,9 @@ class PartialFile(TempFile):
                 # The journal may have outlived the bytes (fsync=False, then a power
                 # loss): trusted only as far as the bytes read back match it.
                 ranges = self._checked(fd, ranges)
+                self.unmatched = sum(e - s for s, e, _ in found.ranges) - sum(
+                    e - s for s, e, _ in ranges
+                )
                 if ranges and self._fsync:
                     _datasync(fd)  # so that the new header may say they are durable
             if not ranges:
@@ -352,7 +357,7 @@ class PartialFile(TempFile):
             # of the part that fetches it again, if cut short, would lose to it), so is
             # a line a crash cut short, and the header says how this run writes.
             ranges = journal.merge(ranges, open_starts=(), size=self.size)
-            self._rewrite(journal.content(self.header, ranges, fsync=self._fsync))
+            self._replace_journal(journal.content(self.header, ranges, fsync=self._fsync))
         except BaseException:
             os.close(fd)
             raise
@@ -462,11 +467,27 @@ class PartialFile(TempFile):
                 with self._starts_lock:
                     open_starts = {start for start, _, _ in self._starts.values()}
                 ranges = journal.merge(found.ranges, open_starts=open_starts, size=self.size)
-                self._rewrite(journal.content(self.header, ranges, fsync=found.durable))
+                self._replace_journal(journal.content(self.header, ranges, fsync=found.durable))
                 return
         except OSError:
             pass
         self._compact_at = 2 * self._journal_size
+
+    def _replace_journal(self, content: bytes) -> None:
+        """:meth:`_rewrite`, or where a file open elsewhere cannot be renamed over
+        (Windows), the journal emptied and written again in place: a crash in between
+        leaves it without a header, so the partial is discarded, never misread."""
+        try:
+            self._rewrite(content)
+        except OSError:
+            os.ftruncate(self._journal_fd, 0)
+            view = memoryview(content)
+            while view:
+                view = view[os.write(self._journal_fd, view) :]
+            if self._fsync:
+                os.fsync(self._journal_fd)
+            self._journal_size = len(content)
+            self._compact_at = max(journal.COMPACT_AT, 2 * len(content))
 
     def _rewrite(self, content: bytes) -> None:
         """Replace the journal with ``content``, atomically, its lock held throughout:

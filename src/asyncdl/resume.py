@@ -35,7 +35,7 @@ from .partial_file import Busy, PartialFile
 from .progress import Reporter
 from .ranges import ByteRange
 from .request_args import ExtraArgs
-from .retry import with_retries
+from .retry import logger, with_retries
 from .s3_source import ObjectMeta, RangeNotSatisfiable, S3Object
 from .strategies import Discovery
 from .verify import Verifier, send_checksum_head
@@ -206,7 +206,18 @@ async def reuse(
     fetch, or ``None`` when nothing is reused: a COMPOSITE checksum is checked along
     upload parts, which are then all fetched again (the simple way that stays correct).
     ``None`` too for a file that took nothing over."""
-    if not isinstance(temp, PartialFile) or not temp.adopted:
+    if not isinstance(temp, PartialFile):
+        return None
+    if temp.unmatched:
+        # Written with fsync=False, then a crash of the machine (or a hand): what the
+        # journal recorded was not all on the disk.
+        what = f"{temp.unmatched} recorded bytes did not read back as its journal recorded them"
+        logger.info(
+            "%s: of its partial file, %s; fetched again", source_name(obj.bucket, obj.key), what
+        )
+        if not temp.adopted:
+            found.discarded = f"a partial file was found, but {what}; it was discarded"
+    if not temp.adopted:
         return None
     # The checksum's algorithm says which recorded CRC counts: wait for the HEAD that
     # brings it, if one is on its way (no slot is held meanwhile).
