@@ -147,3 +147,21 @@ def test_an_old_record_without_its_place_vouches_for_nothing(backend: str, tmp_p
         assert store.recorded(tmp_path / "x", st) is None
     finally:
         store.close()
+
+
+def test_what_a_file_left_alone_says_of_where_asyncdl_wrote_it(tmp_path: Path) -> None:
+    (tmp_path / "keep").mkdir()
+    moved = tmp_path / "keep/report-2026.csv"
+    moved.write_bytes(b"data")
+    # Recorded (in its xattr) where it was written, then renamed.
+    (tmp_path / "report.csv").write_bytes(b"data")
+    EtagStore(tmp_path).record(tmp_path / "report.csv", '"e"', bucket="m", key="m/report.csv")
+    os.rename(tmp_path / "report.csv", moved)
+    store = EtagStore(tmp_path)
+    try:
+        (stale,) = stale_files(store, lambda _: False, lambda _: True, bucket="m", prefix="m/")
+        assert stale.kept_because == (
+            "written by asyncdl from s3://m/m/report.csv to another place, moved or copied here"
+        )
+    finally:
+        store.close()

@@ -379,9 +379,12 @@ def _kept_because(
         return f"written by asyncdl from s3://{mine[0].bucket}/{mine[0].key}"
     if all(r.bucket is None or r.key is None or r.path is None for r in records):
         return "recorded by an older asyncdl, without its place"
-    if any(r.path != relative for r in records):
-        # A record's own file, moved or copied here (its xattr went with it).
-        return "written by asyncdl elsewhere, then moved or copied here"
+    elsewhere = [r for r in records if r.path != relative]
+    if elsewhere:
+        # Its xattr went with it: renamed, copied with its xattrs, or under a
+        # subdirectory another sync wrote into (its paths are relative to that one).
+        source = f"s3://{elsewhere[0].bucket}/{elsewhere[0].key}"
+        return f"written by asyncdl from {source} to another place, moved or copied here"
     return "changed since asyncdl wrote it"
 
 
