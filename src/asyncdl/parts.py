@@ -11,7 +11,6 @@ whatever the concurrency.
 from __future__ import annotations
 
 import asyncio
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -356,26 +355,22 @@ async def _drain(fetch: Fetch, response: Response, part: Part) -> None:
     flush_at = 1 if fetch.each_piece else target
     with BodyReader(response.body, config.read_timeout, target, fetch.ctx.bandwidth) as reader:
         writes = _Writes(fetch, part, reader)
-        # Body bytes before ``part.pos``: the whole object sent again, read past the
-        # bytes already on disk.
-        skip = part.pos - body_start
+        skip = part.pos - body_start  # > 0: the whole object sent again, partly on disk
         try:
-            while skip > 0:
-                chunk = await reader.read()
-                if not chunk:
-                    raise RetryableError("the body ended before the bytes to resume from")
-                skip = _add_past(writes, chunk, skip, limit)
             while chunk := await reader.read():
+                if skip > 0:
+                    skip, chunk = skip - len(chunk), chunk[skip:]
                 writes.add(chunk, limit)
                 if writes.size >= flush_at:
                     del chunk  # held by the write only: it is freed when written
                     await writes.flush()
+            if skip > 0:
+                raise RetryableError("the body ended before the bytes to resume from")
         except Exception:
-            # Bytes that arrived before a broken stream are good: keep them, so the retry
-            # resumes after them instead of fetching them again; those aiohttp still
-            # holds too (it raises the break ahead of them).
-            for piece in _held_after_failure(response.body):
-                skip = _add_past(writes, piece, skip, limit)
+            # Bytes that came before the break (those aiohttp held too) are good: kept.
+            for held in _held_after_failure(response.body):
+                skip, piece = skip - len(held), held[max(skip, 0) :]
+                writes.add(piece, limit)
             await writes.flush()
             raise
         await writes.flush()
@@ -384,37 +379,14 @@ async def _drain(fetch: Fetch, response: Response, part: Part) -> None:
         raise obj.error(f"body ended at byte {part.pos}, expected {limit}")
 
 
-def _add_past(writes: _Writes, chunk: bytes, skip: int, limit: int) -> int:
-    """Gather what of ``chunk`` lies past the first ``skip`` bytes; the bytes still to skip."""
-    if skip >= len(chunk):
-        return skip - len(chunk)
-    writes.add(chunk[skip:] if skip else chunk, limit)
-    return 0
-
-
 def _held_after_failure(body: Any) -> list[bytes]:
-    """The pieces of a failed body that aiohttp received but never handed over.
-
-    aiohttp raises a stream's failure (the connection ended early, a stall) ahead of
-    the bytes it still holds, and they are gone with the response. A cut that lands
-    while nobody reads the body (GET-first's first answer waits for its part task
-    while the fan-out is set up; a part is writing what it gathered) then lost every
-    byte aiohttp held, and the retry asked for them again: from the range's start, for
-    a first answer. They are the body as the server sent it, up to the cut. The
-    stream's pieces are aiohttp's own (a deque, and the offset read into its first):
-    another aiohttp, or a body that is not aiohttp's, gives none.
-    """
+    """What aiohttp received of a failed body but did not hand over: it raises the failure
+    ahead of it (a cut that reached it while nobody read: a first answer, a part writing)."""
     stream = _stream_of(body)
-    if stream is None or stream.exception() is None:
+    if stream is None or stream.exception() is None or not hasattr(stream, "_buffer_offset"):
         return []
-    pieces = getattr(stream, "_buffer", None)
-    offset = getattr(stream, "_buffer_offset", 0)
-    if not isinstance(pieces, deque) or not isinstance(offset, int):
-        return []
-    held = [bytes(piece) for piece in pieces]
-    if held and offset:
-        held[0] = held[0][offset:]
-    return held
+    held = list(stream._buffer)  # aiohttp's own pieces, the first read up to the offset
+    return [held[0][stream._buffer_offset :], *held[1:]] if held else []
 
 
 def write_target(config: TransferConfig) -> int:
@@ -441,7 +413,8 @@ class _Writes:
     def add(self, chunk: bytes, limit: int) -> None:
         if self._part.pos + self.size + len(chunk) > limit:
             raise self._fetch.obj.error("server sent more bytes than it announced")
-        self.pieces.append(chunk)
+        if chunk:  # a piece skipped whole (bytes already on disk) is empty
+            self.pieces.append(chunk)
         self.size += len(chunk)
 
     async def flush(self) -> None:
@@ -464,8 +437,7 @@ class _Writes:
 
 
 async def _after_failure(fetch: Fetch, exc: Exception, failures: int, what: str) -> int:
-    obj = fetch.obj
-    ctx = fetch.ctx
+    obj, ctx = fetch.obj, fetch.ctx
     return await after_failure(
         ctx.config, exc, failures, bucket=obj.bucket, key=obj.key, what=what, counters=ctx.counters
     )
