@@ -18,7 +18,10 @@ on acquire and release, a future only for a request that has to wait.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import deque
+from collections.abc import Iterator
+from contextvars import ContextVar
 
 #: The share of the limit kept after a throttled answer, as TCP's halving. Measured
 #: against 0.7 (the AWS SDKs' adaptive retry mode): from 64 to a server that serves 8,
@@ -64,6 +67,7 @@ class Budget:
         """Wait for a slot (first come, first served); return the current epoch."""
         if self._in_flight < self._limit and not self._waiters:
             self._in_flight += 1
+            SLOT.set((self, self._epoch))
             return self._epoch
         future = asyncio.get_running_loop().create_future()
         self._waiters.append(future)
@@ -78,6 +82,7 @@ class Budget:
             raise
         finally:
             self._wake()
+        SLOT.set((self, self._epoch))
         return self._epoch
 
     def release(self) -> None:
@@ -116,3 +121,21 @@ class Budget:
             if not future.done():
                 self._in_flight += 1
                 future.set_result(None)
+
+
+#: The budget, and the epoch, of the slot the running task took last: a request a
+#: borrowed client retries by itself (botocore's own retries, inside one call) is
+#: told apart by it, and counted by the engine it belongs to (``clients.ClientRetries``).
+#: Set as a slot is taken, so the call that follows in the same task sees it.
+SLOT: ContextVar[tuple[Budget, int] | None] = ContextVar("asyncdl_slot", default=None)
+
+
+@contextlib.contextmanager
+def own_slots() -> Iterator[None]:
+    """Forget, on the way out, the slots taken inside: a caller's own requests after an
+    engine call are not the engine's."""
+    token = SLOT.set(None)
+    try:
+        yield
+    finally:
+        SLOT.reset(token)

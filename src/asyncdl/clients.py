@@ -1,15 +1,19 @@
-"""The aiobotocore client an engine creates when it is not handed one."""
+"""The aiobotocore client an engine creates when it is not handed one, and what the
+engine hooks on one it borrows."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from contextlib import AsyncExitStack
 from typing import Any
 
 from aiobotocore.config import AioConfig
 from aiobotocore.session import get_session
 
+from .adaptive import SLOT, Budget
 from .config import TransferConfig
+from .stats import NETWORK_ERROR, OK, THROTTLED, Counters, answer_outcome
 
 
 async def create_default_client(
@@ -70,3 +74,90 @@ def _load_models(session: Any) -> None:
         loader.load_service_model("s3", type_name)
     for name in ("partitions", "endpoints", "_retry", "sdk-default-configuration"):
         loader.load_data(name)
+
+
+class ClientRetries:
+    """Counts the retries a borrowed client makes by itself.
+
+    A client the engine creates never retries (asyncdl does, resuming parts); one
+    handed in may, inside one call: botocore asks ``needs-retry`` after each attempt
+    and, when a handler answers with a delay, sleeps and creates the request again.
+    Each attempt's outcome is noted in the call's context (kept across its attempts)
+    when it ends, and counted when the next attempt is created, that is, once botocore
+    has decided to retry: a retry, the attempt by its outcome, and a throttled one cuts
+    the adaptive limit as asyncdl's own do. The call's last attempt is the answer the
+    engine sees and counts itself.
+
+    A call is the engine's when the slot its task took last is of the engine's budget
+    (``adaptive.SLOT``): two engines on one client, or the caller's own calls, are not
+    mixed up. The handlers are registered while the engine is open: the client
+    outlives it.
+    """
+
+    def __init__(self, client: Any, budget: Budget, counters: Counters) -> None:
+        self._events = client.meta.events
+        self._budget = budget
+        self._kinds = {
+            "GetObject": counters.gets,
+            "HeadObject": counters.heads,
+            "ListObjectsV2": counters.lists,
+        }
+        self._counters = counters
+        self._id = f"asyncdl-retries-{id(self)}"
+        #: Where an attempt's outcome waits in the call's context (one per engine).
+        self._note = f"{self._id}-attempt"
+
+    @classmethod
+    def hook(cls, client: Any, budget: Budget, counters: Counters) -> ClientRetries | None:
+        """Register on ``client``'s events; ``None`` for a client without botocore's."""
+        events = getattr(getattr(client, "meta", None), "events", None)
+        if events is None or not hasattr(events, "unregister"):
+            return None
+        hooked = cls(client, budget, counters)
+        events.register("needs-retry.s3", hooked._ended, unique_id=f"{hooked._id}-ended")
+        events.register("request-created.s3", hooked._created, unique_id=f"{hooked._id}-made")
+        return hooked
+
+    def unhook(self) -> None:
+        self._events.unregister("needs-retry.s3", unique_id=f"{self._id}-ended")
+        self._events.unregister("request-created.s3", unique_id=f"{self._id}-made")
+
+    def _ended(
+        self,
+        *,
+        operation: Any = None,
+        request_dict: Any = None,
+        response: Any = None,
+        caught_exception: BaseException | None = None,
+        **_: Any,
+    ) -> None:
+        slot = SLOT.get()
+        counts = self._kinds.get(getattr(operation, "name", ""))
+        context = request_dict.get("context") if isinstance(request_dict, Mapping) else None
+        if slot is None or slot[0] is not self._budget or counts is None:
+            return
+        if not isinstance(context, dict):
+            return
+        if caught_exception is not None or not isinstance(response, tuple):
+            where = NETWORK_ERROR
+        else:
+            http, parsed = response
+            error = parsed.get("Error") if isinstance(parsed, Mapping) else None
+            code = error.get("Code") if isinstance(error, Mapping) else None
+            status = getattr(http, "status_code", 0)
+            status = status if isinstance(status, int) else 0
+            where = OK if status < 300 and code is None else answer_outcome(status, code)
+        context[self._note] = (counts, where, slot[1])
+
+    def _created(self, *, request: Any = None, **_: Any) -> None:
+        context = getattr(request, "context", None)
+        if not isinstance(context, dict):
+            return
+        ended = context.pop(self._note, None)
+        if ended is None:
+            return  # a first attempt
+        counts, where, epoch = ended
+        self._counters.retries += 1
+        counts[where] += 1
+        if where == THROTTLED:
+            self._budget.throttled(epoch)

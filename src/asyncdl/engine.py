@@ -15,9 +15,9 @@ from types import TracebackType
 from typing import Any, Self
 
 from . import bulk, jobs, transfer
-from .adaptive import Budget
+from .adaptive import Budget, own_slots
 from .bulk import DownloadItem
-from .clients import create_default_client
+from .clients import ClientRetries, create_default_client
 from .config import TransferConfig, is_int_at_least
 from .context import Context
 from .errors import DownloadError, InvalidRequestError
@@ -73,7 +73,14 @@ class Engine:
             verifies = self.config.validate != "off"
             signed = SignedGets.for_client(self._client, verifies=verifies)
         budget = Budget(self.config.max_concurrency, adaptive=self.config.adaptive)
-        self._ctx = Context(self._client, self.config, budget, signed)
+        ctx = Context(self._client, self.config, budget, signed)
+        if not self._owns_client:
+            # A borrowed client may retry by itself: those retries are counted (and
+            # throttles cut the limit) only while the engine is open.
+            hooked = ClientRetries.hook(self._client, budget, ctx.counters)
+            if hooked is not None:
+                self._stack.callback(hooked.unhook)
+        self._ctx = ctx
 
     async def aclose(self) -> None:
         """Close the client the engine created (a borrowed one stays open)."""
@@ -163,7 +170,8 @@ class Engine:
             timeout=timeout,
             checksum=checksum,
         )
-        return await transfer.run(ctx, job, progress)
+        with own_slots():
+            return await transfer.run(ctx, job, progress)
 
     async def download_url(
         self,
@@ -259,7 +267,8 @@ class Engine:
     ) -> ObjectInfo:
         """One HEAD request (the object's size, ETag and headers), through the engine's
         budget; a missing object raises ``ObjectNotFoundError``."""
-        return await head(self._context, bucket, key, extra_args)
+        with own_slots():
+            return await head(self._context, bucket, key, extra_args)
 
     def list_pages(
         self,
@@ -293,19 +302,20 @@ class Engine:
             )
         pieces: list[bytes] = []
         total = 0
-        async with contextlib.aclosing(
-            self.stream(bucket, key, end=max_size + 1, extra_args=extra_args)
-        ) as stream:
-            async for piece in stream:
-                total += len(piece)
-                if total > max_size:
-                    raise DownloadError(
-                        f"object is larger than max_size={max_size} bytes; use download() "
-                        "or stream() for it",
-                        bucket=bucket,
-                        key=key,
-                    )
-                pieces.append(piece)
+        with own_slots():
+            async with contextlib.aclosing(
+                self.stream(bucket, key, end=max_size + 1, extra_args=extra_args)
+            ) as stream:
+                async for piece in stream:
+                    total += len(piece)
+                    if total > max_size:
+                        raise DownloadError(
+                            f"object is larger than max_size={max_size} bytes; use "
+                            "download() or stream() for it",
+                            bucket=bucket,
+                            key=key,
+                        )
+                    pieces.append(piece)
         return b"".join(pieces)
 
     def download_many(

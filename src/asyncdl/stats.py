@@ -23,15 +23,20 @@ def outcome(exc: BaseException) -> int:
     (or, to a HEAD, which has no body, a bare 503) when a prefix gets more requests
     than it serves; so is 429."""
     if isinstance(exc, ClientError):
-        status, code = client_error_status(exc)
-        if status in (429, 503) or code in THROTTLE_CODES:
-            return THROTTLED
-        return SERVER_ERROR if status >= 500 else CLIENT_ERROR
+        return answer_outcome(*client_error_status(exc))
     if isinstance(exc, DownloadError):
         return SERVER_ERROR  # an answer asyncdl cannot use (a malformed Content-Range)
     if isinstance(exc, Exception):
         return NETWORK_ERROR  # no answer: reset, timeout, refused, a cut body...
     return CANCELLED
+
+
+def answer_outcome(status: int, code: str | None) -> int:
+    """Where a request whose answer was an error (HTTP ``status``, S3 error ``code``)
+    is counted."""
+    if status in (429, 503) or code in THROTTLE_CODES:
+        return THROTTLED
+    return SERVER_ERROR if status >= 500 else CLIENT_ERROR
 
 
 class Counters:
