@@ -112,3 +112,31 @@ async def test_two_engines_open_on_one_client_count_only_their_own(
             assert await body.read() == b"data"
         assert (first.stats().retries, first.stats().throttles) == (1, 1)
         assert (second.stats().retries, second.stats().throttles) == (2, 2)
+
+
+async def test_a_borrowed_clients_retried_heads_and_listings_are_counted(
+    s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path
+) -> None:
+    s3.put_object(Bucket=bucket, Key="k", Body=b"data")
+    config = asyncdl.TransferConfig(chunk_size=CHUNK, lean_get=False, backoff_base=0.001)
+    left = {"HEAD": 2, "LIST": 1}
+
+    def rule(request: RequestRecord) -> Fault | None:
+        kind = "LIST" if "list-type=2" in request.path else request.method
+        if left.get(kind, 0) > 0:
+            left[kind] -= 1
+            return Fault(status=503, error_code="SlowDown")
+        return None
+
+    proxy.rule = rule
+    async with (
+        _retrying_client(proxy.url, 3) as client,
+        asyncdl.Engine(client, config=config) as engine,
+    ):
+        await engine.download(bucket, "k", tmp_path / "k", strategy="head-first")
+        pages = [page async for page in engine.list_pages(bucket)]
+        stats = engine.stats()
+    assert [item["Key"] for item in pages[0]["Contents"]] == ["k"]
+    assert (stats.heads.throttled, stats.heads.ok) == (2, 1)
+    assert (stats.lists.throttled, stats.lists.ok) == (1, 1)
+    assert stats.retries == stats.throttles == 3

@@ -112,7 +112,8 @@ class EngineStats:
     lists: RequestCounts
     #: Object bytes received and kept (written to a file or handed to a stream).
     bytes_received: int
-    #: Attempts made again after a failure (a request, a cut body, a listing page).
+    #: Attempts made again after a failure (a request, a cut body, a listing page),
+    #: by asyncdl or, for a borrowed client that retries, by botocore.
     retries: int
     #: Throttled answers, all kinds together.
     throttles: int
