@@ -5,6 +5,7 @@ allow is still read."""
 
 from __future__ import annotations
 
+import asyncio
 import random
 import zlib
 from pathlib import Path
@@ -15,7 +16,7 @@ from awscrt import checksums as crt
 
 import asyncdl
 from asyncdl import journal, partial_file
-from asyncdl.testing.tcp_proxy import TcpProxy
+from asyncdl.testing.tcp_proxy import Fault, RequestRecord, TcpProxy
 
 from .conftest import CHUNK, payload
 from .test_resume import SIZE, interrupted, leftovers, resumable
@@ -148,3 +149,51 @@ async def test_a_resumed_large_journal_is_compacted(
         result = await engine.download(bucket, "k", target)
     assert target.read_bytes() == data
     assert result.verified
+
+
+async def test_a_compacted_journal_stays_locked(
+    client: Any,
+    config: asyncdl.TransferConfig,
+    s3: Any,
+    bucket: str,
+    proxy: TcpProxy,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The compacted journal is renamed over the old one: the name never names an
+    unlocked journal, so a second download of the target still fails at once."""
+    monkeypatch.setattr(journal, "COMPACT_AT", 512)
+    data = payload(SIZE)
+    s3.put_object(Bucket=bucket, Key="k", Body=data)
+    started = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def hold_the_last_parts(request: RequestRecord) -> Fault | None:
+        if request.range is not None and request.range.startswith(f"bytes={16 * CHUNK}-"):
+            loop.call_soon_threadsafe(started.set)
+            return Fault(delay=1.5)
+        if request.range is not None and request.range.startswith(f"bytes={15 * CHUNK}-"):
+            return Fault(delay=0.3)  # its 16 lines come after the journal's inode is read
+        return None
+
+    proxy.rule = hold_the_last_parts
+    target = tmp_path / "k"
+    path = tmp_path / ".k.asyncdl-journal"
+    config = resumable(config, write_size=4096)
+    async with asyncdl.Engine(client, config=config) as engine:
+        first = asyncio.create_task(engine.download(bucket, "k", target))
+        await asyncio.wait_for(started.wait(), 10)
+        inode = path.stat().st_ino
+        for _ in range(200):  # the parts before the last go on writing meanwhile
+            if path.stat().st_ino != inode:
+                break
+            await asyncio.sleep(0.005)
+        assert path.stat().st_ino != inode, "the journal was not compacted meanwhile"
+        with pytest.raises(asyncdl.TargetBusyError, match="another download is writing"):
+            await engine.download(bucket, "k", target)
+        with pytest.raises(RuntimeError):
+            partial_file.lookup(target, RuntimeError)
+        result = await first
+    assert result.ok
+    assert target.read_bytes() == data
+    assert leftovers(tmp_path) == []
