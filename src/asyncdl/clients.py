@@ -133,9 +133,9 @@ class ClientRetries:
     ) -> None:
         slot = SLOT.get()
         counts = self._kinds.get(getattr(operation, "name", ""))
-        context = request_dict.get("context") if isinstance(request_dict, Mapping) else None
         if slot is None or slot[0] is not self._budget or counts is None:
-            return
+            return  # another engine's call, the caller's own, or not one the engine sends
+        context = request_dict.get("context") if isinstance(request_dict, Mapping) else None
         if not isinstance(context, dict):
             return
         if caught_exception is not None or not isinstance(response, tuple):
