@@ -476,10 +476,13 @@ class PartialFile(TempFile):
     def _replace_journal(self, content: bytes) -> None:
         """:meth:`_rewrite`, or where a file open elsewhere cannot be renamed over
         (Windows), the journal emptied and written again in place: a crash in between
-        leaves it without a header, so the partial is discarded, never misread."""
+        leaves it with fewer lines or none (then the partial is discarded), never with
+        a range it did not have."""
         try:
             self._rewrite(content)
-        except OSError:
+        except PermissionError:
+            if os.name != "nt":
+                raise
             os.ftruncate(self._journal_fd, 0)
             view = memoryview(content)
             while view:
