@@ -489,10 +489,18 @@ def test_the_sweep_leaves_other_downloads_temp_files_alone(
     summary = adask.download_manifest(
         [(bucket, key) for key in objects], tmp_path, client=dask_client, partition_size=5
     )
-    assert (summary.downloaded, summary.failed) == (len(objects), 0), summary.failures
+    # The objects named like temp files are refused, each as its own failure: written,
+    # they would be taken for a download's leftovers (and swept by `asyncdl clean`).
+    lookalikes = [key for key in objects if key.endswith(".asyncdl-tmp")]
+    assert (summary.downloaded, summary.failed) == (len(objects) - 2, 2), summary.failures
+    assert sorted(failure.key for failure in summary.failures) == sorted(lookalikes)
+    assert all("named like one of asyncdl's own" in f.error for f in summary.failures)
     assert summary.temp_files_removed == 0
     for key, body in objects.items():
-        assert (tmp_path / key).read_bytes() == body
+        if key not in lookalikes:
+            assert (tmp_path / key).read_bytes() == body
+    for key in lookalikes:
+        assert not (tmp_path / key).exists()
     for path in foreign:
         assert path.read_bytes() == b"in flight"
     # Nor does the public sweep touch them: no Dask run of this tree made them.

@@ -35,9 +35,12 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from pathlib import Path, PurePosixPath
 
+from ..file_records import RUN_JOURNAL_DIR
 from ..writer import is_temp_file
 
-JOURNAL_DIR = ".asyncdl-runs"
+#: Where a run keeps its journals (defined beside the other names of asyncdl's own
+#: files, which no key may take).
+JOURNAL_DIR = RUN_JOURNAL_DIR
 _SUFFIX = ".dirs"
 _RUN = re.compile(r"[0-9a-f]+")
 _lock = threading.Lock()
