@@ -473,3 +473,29 @@ async def test_a_malformed_answer_is_reported_with_its_real_cause(
     chain = _causes(error)
     assert isinstance(chain[-1], ValueError), chain
     assert os.listdir(tmp_path) == []
+
+
+async def test_a_part_cut_short_after_its_first_bytes_keeps_its_real_cause(
+    engine: asyncdl.Engine,
+) -> None:
+    # No ETag: the rest of a stream is not pinned, so an answer that fails once it has
+    # handed bytes on cannot be asked again: the stream fails with what went wrong.
+    body = payload(3 * CHUNK)
+
+    def answer(request: Seen) -> bytes:
+        wanted = requested_range(request, len(body))
+        assert wanted is not None
+        start, end = wanted
+        # The first answer whole; the rest ends (properly, chunked) 1000 bytes in.
+        sent = body[start:end] if end <= CHUNK else body[start : CHUNK + 1000]
+        headers = {"Content-Range": f"bytes {start}-{end - 1}/{len(body)}"}
+        return reply(206, headers, sent, chunked=True)
+
+    async with RawServer(answer) as server:
+        stream = engine.stream_url(server.url("/obj"), chunk_size=CHUNK, prefetch=1)
+        with pytest.raises(asyncdl.DownloadError) as raised:
+            await _read_all(stream)
+    error = raised.value
+    assert "body ended at byte" in str(error)
+    assert error.__cause__ is not error
+    _causes(error)

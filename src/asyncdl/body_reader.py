@@ -49,6 +49,16 @@ def _stream_of(body: Any) -> aiohttp.StreamReader | None:
     return content if isinstance(content, aiohttp.StreamReader) else None
 
 
+def held_after_failure(body: Any) -> list[bytes]:
+    """What aiohttp received of a failed body but did not hand over: it raises the failure
+    ahead of it (a cut that reached it while nobody read: a first answer, a part writing)."""
+    stream = _stream_of(body)
+    if stream is None or stream.exception() is None or not hasattr(stream, "_buffer_offset"):
+        return []
+    held = list(stream._buffer)  # aiohttp's own pieces, the first read up to the offset
+    return [held[0][stream._buffer_offset :], *held[1:]] if held else []
+
+
 def _hold_at_most(stream: aiohttp.StreamReader, size: int) -> None:
     """Make aiohttp stop reading the socket once it holds ``size`` bytes of the body.
 

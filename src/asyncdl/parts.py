@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from .body_reader import BodyReader, _stream_of
+from .body_reader import BodyReader, held_after_failure
 from .config import KiB, MiB, TransferConfig
 from .context import Context
 from .errors import ChecksumError, ObjectChangedError, RetryableError, translate
@@ -273,7 +273,10 @@ async def fetch_part(fetch: Fetch, part: Part, response: Response | None) -> Non
             await _drain(fetch, response, part)
         except Exception as exc:
             if not pinned and not fetch.rewritable and part.pos > part.start:
-                raise translate(exc, bucket=fetch.obj.bucket, key=fetch.obj.key) from exc
+                error = translate(exc, bucket=fetch.obj.bucket, key=fetch.obj.key)
+                if error is exc:
+                    raise  # already ours, with its own cause: never its own cause
+                raise error from exc
             if pinned and part.pos - mark >= _earns_a_reset(part):
                 failures = 0
             failures = await _after_failure(fetch, exc, failures, "a part")
@@ -368,7 +371,7 @@ async def _drain(fetch: Fetch, response: Response, part: Part) -> None:
                 raise RetryableError("the body ended before the bytes to resume from")
         except Exception:
             # Bytes that came before the break (those aiohttp held too) are good: kept.
-            for held in _held_after_failure(response.body):
+            for held in held_after_failure(response.body):
                 skip, piece = skip - len(held), held[max(skip, 0) :]
                 writes.add(piece, limit)
             await writes.flush()
@@ -377,16 +380,6 @@ async def _drain(fetch: Fetch, response: Response, part: Part) -> None:
     if part.pos != limit:
         # aiobotocore checks Content-Length at EOF; this guards a body without one.
         raise obj.error(f"body ended at byte {part.pos}, expected {limit}")
-
-
-def _held_after_failure(body: Any) -> list[bytes]:
-    """What aiohttp received of a failed body but did not hand over: it raises the failure
-    ahead of it (a cut that reached it while nobody read: a first answer, a part writing)."""
-    stream = _stream_of(body)
-    if stream is None or stream.exception() is None or not hasattr(stream, "_buffer_offset"):
-        return []
-    held = list(stream._buffer)  # aiohttp's own pieces, the first read up to the offset
-    return [held[0][stream._buffer_offset :], *held[1:]] if held else []
 
 
 def write_target(config: TransferConfig) -> int:
