@@ -27,8 +27,14 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-_MAX_HEAD = 64 * 1024
-_CHUNK = 65536
+from .http_wire import (
+    CHUNK,
+    error_reply,
+    parse_head,
+    relay_chunked,
+    replace_headers,
+    rewrite_head,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +94,7 @@ class _TokenBucket:
     per chunk, never a busy loop.
     """
 
-    def __init__(self, rate: float, burst: int = _CHUNK) -> None:
+    def __init__(self, rate: float, burst: int = CHUNK) -> None:
         self.rate = rate
         self.burst = burst
         self._tokens = 0.0
@@ -284,7 +290,7 @@ class TcpProxy:
             head = await reader.readuntil(b"\r\n\r\n")
         except asyncio.IncompleteReadError:
             return False
-        request_line, headers = _parse_head(head)
+        request_line, headers = parse_head(head)
         method, path, _ = request_line.split(" ", 2)
         body = await reader.readexactly(int(headers.get("content-length", "0")))
         record = RequestRecord(method, path, headers)
@@ -321,10 +327,10 @@ class TcpProxy:
         if fault.reply is not None:
             return await _canned(fault, writer)
         if fault.status is not None:
-            await _error_reply(fault.status, fault.error_code, method, writer)
+            await error_reply(fault.status, fault.error_code, method, writer)
             return True
         if fault.headers:
-            head = _replace_headers(head, fault.headers)
+            head = replace_headers(head, fault.headers)
         if fault.before is not None:
             fault.before()
         up_reader, up_writer = await self._connect_upstream()
@@ -332,20 +338,20 @@ class TcpProxy:
             up_writer.write(head + body)
             await up_writer.drain()
             response_head = await up_reader.readuntil(b"\r\n\r\n")
-            status_line, response_headers = _parse_head(response_head)
+            status_line, response_headers = parse_head(response_head)
             length = response_headers.get("content-length")
             if method == "HEAD" or status_line.split(" ")[1] in ("204", "304"):
                 length = "0"
             # Keep the client side alive when the body has a known length.
             keep_alive = length is not None
             if fault.response_headers:
-                response_head = _replace_headers(response_head, fault.response_headers)
+                response_head = replace_headers(response_head, fault.response_headers)
             if fault.chunked and length not in (None, "0"):
                 assert length is not None
                 changes = {"content-length": None, "transfer-encoding": "chunked"}
-                writer.write(_rewrite_head(_replace_headers(response_head, changes), True))
-                return await _relay_chunked(up_reader, writer, int(length), self._sent)
-            writer.write(_rewrite_head(response_head, keep_alive))
+                writer.write(rewrite_head(replace_headers(response_head, changes), True))
+                return await relay_chunked(up_reader, writer, int(length), self._sent)
+            writer.write(rewrite_head(response_head, keep_alive))
             remaining = int(length) if length is not None else -1
             whole = await _relay_body(
                 up_reader, writer, remaining, fault, down, sent_to_client=self._sent
@@ -369,7 +375,7 @@ async def _relay_body(
     when cut, or its length was not known)."""
     sent = 0
     while remaining != 0:
-        chunk = await up_reader.read(min(_CHUNK, remaining) if remaining > 0 else _CHUNK)
+        chunk = await up_reader.read(min(CHUNK, remaining) if remaining > 0 else CHUNK)
         if not chunk:
             break
         if down is not None:
@@ -398,42 +404,6 @@ async def _relay_body(
     return remaining == 0
 
 
-async def _relay_chunked(
-    up_reader: asyncio.StreamReader,
-    writer: asyncio.StreamWriter,
-    remaining: int,
-    sent_to_client: Callable[[int], None],
-) -> bool:
-    """Relay ``remaining`` body bytes as chunks (one per upstream read), then the last
-    chunk; return whether the body went out whole."""
-    while remaining > 0:
-        chunk = await up_reader.read(min(_CHUNK, remaining))
-        if not chunk:
-            writer.close()  # a chunked body without its last chunk: cut
-            return False
-        sent_to_client(len(chunk))
-        writer.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-        await writer.drain()
-        remaining -= len(chunk)
-    writer.write(b"0\r\n\r\n")
-    await writer.drain()
-    return True
-
-
-async def _error_reply(status: int, code: str, method: str, writer: asyncio.StreamWriter) -> None:
-    """An S3-style error answer (no body for a HEAD, as S3 sends none)."""
-    payload = (
-        f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>{code}</Code>'
-        f"<Message>injected by the test proxy</Message></Error>"
-    ).encode()
-    writer.write(
-        f"HTTP/1.1 {status} Injected\r\nContent-Type: application/xml\r\n"
-        f"Content-Length: {len(payload)}\r\n\r\n".encode()
-        + (payload if method != "HEAD" else b"")
-    )
-    await writer.drain()
-
-
 async def _canned(fault: Fault, writer: asyncio.StreamWriter) -> bool:
     """Send ``fault.reply`` as it is; return whether the client connection stays open."""
     assert fault.reply is not None
@@ -445,31 +415,3 @@ async def _canned(fault: Fault, writer: asyncio.StreamWriter) -> bool:
         writer.close()
         return False
     return True
-
-
-def _parse_head(head: bytes) -> tuple[str, dict[str, str]]:
-    if len(head) > _MAX_HEAD:
-        raise ConnectionError("HTTP head too large")
-    lines = head.decode("latin-1").split("\r\n")
-    headers: dict[str, str] = {}
-    for line in lines[1:]:
-        if ":" in line:
-            name, value = line.split(":", 1)
-            headers[name.strip().lower()] = value.strip()
-    return lines[0], headers
-
-
-def _rewrite_head(head: bytes, keep_alive: bool) -> bytes:
-    lines = head.decode("latin-1").split("\r\n")
-    kept = [line for line in lines[1:] if line and not line.lower().startswith("connection:")]
-    kept.append("Connection: keep-alive" if keep_alive else "Connection: close")
-    return "\r\n".join([lines[0], *kept]).encode("latin-1") + b"\r\n\r\n"
-
-
-def _replace_headers(head: bytes, changes: dict[str, str | None]) -> bytes:
-    lines = head.decode("latin-1").split("\r\n")
-    kept = [
-        line for line in lines[1:] if line and line.split(":", 1)[0].strip().lower() not in changes
-    ]
-    kept += [f"{name}: {value}" for name, value in changes.items() if value is not None]
-    return "\r\n".join([lines[0], *kept]).encode("latin-1") + b"\r\n\r\n"
