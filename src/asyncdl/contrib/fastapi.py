@@ -201,7 +201,10 @@ async def object_response(
     method = request.method
     if method not in ("GET", "HEAD"):
         return Response(status_code=405, headers={"Allow": "GET, HEAD", **_NOSNIFF})
-    asked = Asked.from_headers(method, request.headers)
+    # RFC 9110 §5.3: several field lines are one list.
+    asked = Asked.from_headers(
+        method, {name: ", ".join(request.headers.getlist(name)) for name in request.headers}
+    )
     try:
         return await _respond(
             engine,
@@ -249,31 +252,35 @@ async def _respond(
         try:
             await stream.open()
         except DownloadError as exc:
-            if known is None and answer.start > 0 and _past_the_end(exc):
-                # Only the size tells a 416 from the range: ask it.
+            if answer.start > 0 and _past_the_end(exc):
+                # Only the size tells a 416 from the range (or the object shrank
+                # since the HEAD): ask it.
                 known = await engine.head(bucket, key, extra_args=extra_args)
                 continue
             raise
         except BaseException:
             await stream.aclose()  # cancelled while it opened
             raise
-        assert stream.size is not None
-        assert stream.length is not None
-        seen = ObjectInfo(stream.size, stream.etag, stream.headers)
-        sending = Answer(answer.status, answer.start, answer.start + stream.length)
-        if not stream.headers and asked.answer(_validators(seen)) == sending:
-            # Nothing was read (S3 answers a range of an empty object with a 416, which
-            # carries none of its headers): the HEAD has them, as a HEAD request gets.
+        try:
+            if stream.size is None or stream.length is None:
+                raise DownloadError(
+                    "the store sent the object without its length", bucket=bucket, key=key
+                )
+            if not stream.headers:
+                # Nothing was read (S3's 416 for an empty object, or a range at its
+                # end, carries no ETag nor any stored field): the HEAD has them.
+                await stream.aclose()
+                known = await engine.head(bucket, key, extra_args=extra_args)
+                continue
+            seen = ObjectInfo(stream.size, stream.etag, stream.headers)
+            sending = Answer(answer.status, answer.start, answer.start + stream.length)
+            if asked.answer(_validators(seen)) == sending:
+                headers = _headers(sending, seen, key, disposition)
+                whole = sending.status == 200 and engine.config.validate != "off"
+                return _ObjectResponse(stream, sending.status, headers, hold_last=whole)
+        except BaseException:
             await stream.aclose()
-            known = await engine.head(bucket, key, extra_args=extra_args)
-            continue
-        if asked.answer(_validators(seen)) == sending:
-            headers = _headers(sending, seen, key, disposition)
-            # The whole object is checked at its end: its last piece waits for the check.
-            whole = sending.status == 200 and engine.config.validate != "off"
-            return _ObjectResponse(stream, sending.status, headers, hold_last=whole)
-        # The object is not what the request was prepared for (another version, or
-        # a range that the size or If-Range turns into another answer): again, knowing it.
+            raise
         await stream.aclose()
         known = seen
     raise ObjectChangedError(
@@ -391,9 +398,11 @@ def _content_type(info: ObjectInfo, key: str) -> str:
     stored = info.headers.get("content-type")
     if stored and stored != _NO_TYPE and _ASCII_VALUE.fullmatch(stored):
         return stored  # the uploader's choice, however active: the app owner's
-    guessed, encoding = mimetypes.guess_type(key, strict=False)
+    # A path, never a URL: guess_type("data:image/svg+XML,x") is "image/svg+XML".
+    guessed, encoding = mimetypes.guess_type("/" + key.rpartition("/")[2], strict=False)
     if guessed is None or encoding is not None:
         return _UNKNOWN_TYPE  # "a.csv.gz": gzip bytes are not CSV
+    guessed = guessed.lower()
     major = guessed.partition("/")[0]
     if guessed in _PASSIVE_TYPES or (major in _PASSIVE_MAJOR_TYPES and "xml" not in guessed):
         return guessed

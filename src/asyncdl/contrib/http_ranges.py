@@ -52,7 +52,7 @@ _RFC850_DATE = re.compile(
 _ASCTIME_DATE = re.compile(
     rf"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) {_MONTH} ([ \d]\d) {_TIME} (\d{{4}})", re.ASCII
 )
-_ENTITY_TAG = re.compile(r'\s*((?:W/)?"[^"]*")\s*(?:,|$)', re.ASCII)
+_ENTITY_TAG = re.compile(r'[\s,]*((?:W/)?"[^"]*")\s*(?:,|$)', re.ASCII)  # §5.6.1: empty elements
 
 
 @dataclass(frozen=True, slots=True)
