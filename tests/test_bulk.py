@@ -446,3 +446,25 @@ async def test_a_failed_listing_page_is_retried_from_where_it_failed(
     assert len(listings) == 4
     assert "continuation-token=" not in listings[0]  # the first page, listed once
     assert len(set(listings[1:])) == 1  # the second page, asked for three times
+
+
+async def test_download_prefix_says_when_its_listing_has_ended(
+    engine: asyncdl.Engine, s3: Any, bucket: str, tmp_path: Path
+) -> None:
+    sizes = {"p/a": 10, "p/b": 2 * CHUNK, "p/skip": 7, "p/.x.asyncdl-partial": 5}
+    for key, size in sizes.items():
+        s3.put_object(Bucket=bucket, Key=key, Body=payload(size))
+    (tmp_path / "skip").write_bytes(payload(7))
+    calls: list[tuple[int, int, int]] = []
+    done = 0
+
+    def listed(objects: int, size: int) -> None:
+        calls.append((objects, size, done))
+
+    results = engine.download_prefix(bucket, "p", tmp_path, skip_existing="size", listed=listed)
+    async for result in results:
+        done += 1
+        assert calls == [] or calls[0][2] < done  # called once, when the listing ended
+    # Every result counted (a skipped and a refused one too); bytes of those fetched.
+    assert [call[:2] for call in calls] == [(4, 10 + 2 * CHUNK)]
+    assert done == 4

@@ -372,3 +372,46 @@ def test_cp_r_bar_learns_the_object_total_when_the_listing_ends(
     assert line.startswith("6/6 objects "), line
     assert f"{size:.1f}/{size:.1f} KiB" in line, line
     assert re.search(r" [\d.]+ (k|M|G)?B/s ", line), line
+
+
+def test_cp_r_bar_shows_the_totals_once_the_listing_ends_not_once_all_is_done(
+    s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The big object's answer is held back: the listing has long ended while it is
+    # still on its way, and the bar knows by then how many objects and bytes there are.
+    sizes = {f"p/{i}": 1000 + i for i in range(5)} | {"p/big": 3 * CHUNK}
+    for key, size in sizes.items():
+        s3.put_object(Bucket=bucket, Key=key, Body=payload(size))
+    proxy.rule = lambda r: Fault(delay=1.0) if r.path.endswith("/p/big") else None
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    settings = make_settings(
+        concurrency=2,
+        chunk_size=4 * CHUNK,
+        max_bandwidth=None,
+        validate="when_available",
+        endpoint_url=proxy.url,
+        quiet=False,
+        debug=False,
+    )
+    output = Output(objects=None, bar=True, quiet=True)
+    seen: list[tuple[int, int | None, float | None]] = []
+
+    async def run() -> bool:
+        async def watch() -> None:
+            while True:
+                task = output._bar._progress.tasks[0] if output._bar is not None else None
+                seen.append((output.done, output.objects, task.total if task else None))
+                await asyncio.sleep(0.02)
+
+        watching = asyncio.create_task(watch())
+        try:
+            return await copy_prefix(
+                settings, bucket, "p/", tmp_path, strategy="auto", output=output
+            )
+        finally:
+            watching.cancel()
+
+    with output:
+        assert asyncio.run(run())
+    # Seen while the big object was still on its way: all six objects and their bytes.
+    assert (5, 6, sum(sizes.values())) in seen, seen[-5:]

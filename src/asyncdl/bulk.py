@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import AsyncGenerator, AsyncIterable, Iterable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -216,6 +216,7 @@ async def download_prefix(
     progress: ProgressCallback | None = None,
     skip_existing: str | None = None,
     filters: Iterable[tuple[str, str]] | None = None,
+    listed: Callable[[int, int], object] | None = None,
 ) -> AsyncGenerator[DownloadResult]:
     """See :meth:`Engine.download_prefix`."""
     where = {"bucket": _text(bucket), "key": prefix if isinstance(prefix, str) else ""}
@@ -245,6 +246,7 @@ async def download_prefix(
             extra_args=extra_args,
             filters=kept,
             skips=skips,
+            listed=listed,
         )
         results = download_many(
             ctx,
@@ -387,8 +389,10 @@ async def _list_requests(
     extra_args: ExtraArgs | None,
     filters: Filters | None,
     skips: Skips | None,
+    listed: Callable[[int, int], object] | None,
 ) -> AsyncGenerator[DownloadRequest | DownloadResult]:
     params = {name: extra_args[name] for name in _LIST_ARGS if extra_args and name in extra_args}
+    items = to_fetch = 0
     pages = ctx.list_pages(bucket, prefix, params=params)
     listing = list_prefix(pages, bucket=bucket, prefix=prefix, filters=filters)
     # A directory that cannot be made (the root, say) fails the listing, as a page would.
@@ -396,6 +400,7 @@ async def _list_requests(
         async with contextlib.aclosing(listing):
             async for item in listing:
                 key, size, etag = item.key, item.size, item.etag
+                items += 1
                 if item.relative is None:
                     refusal = InvalidRequestError(str(item.refusal), bucket=bucket, key=key)
                     yield failed(bucket, key, places.root, refusal, strategy, size=size)
@@ -412,4 +417,7 @@ async def _list_requests(
                     refusal = InvalidRequestError(conflict, bucket=bucket, key=key)
                     yield failed(bucket, key, target, refusal, strategy, size=size)
                     continue
+                to_fetch += size or 0
                 yield DownloadRequest(bucket, key, target, size=size, etag=etag)
+    if listed is not None:
+        listed(items, to_fetch)

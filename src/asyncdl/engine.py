@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import AsyncGenerator, AsyncIterable, Iterable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterable, Callable, Iterable, Mapping
 from contextlib import AsyncExitStack
 from types import TracebackType
 from typing import Any, Self
@@ -358,6 +358,7 @@ class Engine:
         progress: ProgressCallback | None = None,
         skip_existing: str | None = None,
         filters: Iterable[tuple[str, str]] | None = None,
+        listed: Callable[[int, int], object] | None = None,
     ) -> AsyncGenerator[DownloadResult]:
         """Download every object under ``s3://bucket/prefix`` into ``dest_dir``.
 
@@ -372,13 +373,19 @@ class Engine:
 
         ``skip_existing``: ``"size"`` skips an object whose file is there with the
         listed size; ``"etag"`` also needs the record made when asyncdl wrote the file
-        to hold the listed ETag and still vouch for the file (same size and mtime: a
-        file changed since is fetched again). A skipped object yields a result with
+        to hold the listed ETag and still vouch for the file (the same bucket, key and
+        path under ``dest_dir`` as when written, the same size and mtime: a file
+        changed, moved or copied since is fetched again). A skipped object yields a result with
         ``skipped=True`` and ``requests=0``, and nothing is sent for it; with either
         mode every file downloaded is recorded (xattr ``user.asyncdl.etag``, else
         ``dest_dir/.asyncdl-etags/``). ``filters``: ``("exclude" | "include",
         pattern)`` pairs with the AWS CLI's meaning (see :mod:`asyncdl.filters`); an
         excluded key is neither downloaded nor yielded.
+
+        ``listed(objects, size)``, when given, is called once the listing has ended
+        (downloads may still run): ``objects`` is the number of results the generator
+        yields in all (refused and skipped ones included), ``size`` the listed bytes
+        of those it downloads. A progress display learns its totals from it.
         """
         return bulk.download_prefix(
             self._context,
@@ -391,4 +398,5 @@ class Engine:
             progress=with_total(progress) if progress is not None else None,
             skip_existing=skip_existing,
             filters=filters,
+            listed=listed,
         )

@@ -150,6 +150,14 @@ class Output:
             self.note(f"note: {shown(result)}: {result.partial_discarded}")
         self.count(result.error)
 
+    def listed(self, objects: int, size: int) -> None:
+        """The listing has ended (``download_prefix``'s ``listed``): ``objects`` is the
+        total, ``size`` the bytes to fetch (the bar counted bytes without a total)."""
+        self.objects = objects
+        if self._bar is not None:
+            self._bar.describe(self._objects_text())
+            self._bar.advance(0, size)
+
     def all_listed(self) -> None:
         """The listing has ended and every object it named is done: their number is the
         total (the bar said ``N/?`` until now)."""

@@ -77,7 +77,13 @@ async def copy_prefix(
     finished."""
     async with _open_engine(settings, output) as engine:
         results = engine.download_prefix(
-            bucket, prefix, root, strategy=strategy, progress=output.progress, **options
+            bucket,
+            prefix,
+            root,
+            strategy=strategy,
+            progress=output.progress,
+            listed=output.listed,
+            **options,
         )
         try:
             async with contextlib.aclosing(results):
