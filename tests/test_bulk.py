@@ -462,7 +462,7 @@ async def test_download_prefix_says_when_its_listing_has_ended(
         calls.append((objects, size, done))
 
     results = engine.download_prefix(bucket, "p", tmp_path, skip_existing="size", listed=listed)
-    async for result in results:
+    async for _result in results:
         done += 1
         assert calls == [] or calls[0][2] < done  # called once, when the listing ended
     # Every result counted (a skipped and a refused one too); bytes of those fetched.
