@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 import asyncdl
-from asyncdl import file_records, partial_file
+from asyncdl import file_records, partial_paths
 from asyncdl.bulk import relative_path
 from asyncdl.testing.tcp_proxy import TcpProxy
 from asyncdl.writer import is_temp_file
@@ -128,7 +128,7 @@ def test_keys_named_like_asyncdl_own_files_are_refused(name: str, where: str) ->
 
 
 def test_the_names_refused_are_the_ones_asyncdl_writes(tmp_path: Path) -> None:
-    partial, journal = partial_file.paths_for(tmp_path / "big.bin")
+    partial, journal = partial_paths.paths_for(tmp_path / "big.bin")
     names = [partial.name, journal.name, ".big.bin.0123abcd.asyncdl-tmp"]
     assert names[:2] == OWN_NAMES[:2]
     assert is_temp_file(names[2])

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 import asyncdl
-from asyncdl import partial_file
+from asyncdl import partial_paths
 from asyncdl.testing.tcp_proxy import Fault, RequestRecord, TcpProxy
 from asyncdl.writer import is_temp_file
 
@@ -170,7 +170,7 @@ async def test_cancelled_download(
         await asyncio.sleep(0.01)
     if resuming:
         assert leftovers(tmp_path) == [".k.asyncdl-journal", ".k.asyncdl-partial"]
-        found = partial_file.lookup(tmp_path / "k", RuntimeError)
+        found = partial_paths.lookup(tmp_path / "k", RuntimeError)
         assert found is not None
         assert found.damaged is None
         assert found.ranges  # the first parts were recorded
@@ -295,7 +295,7 @@ async def test_damaged_journal(
             appended.write(b'[1,2,{"CRC3')  # a crash in the middle of an append
         # Interrupted again, after more parts: their lines must not join the torn one.
         await interrupted(client, config, proxy, bucket, target, at=16 * CHUNK)
-        found = partial_file.lookup(target, RuntimeError)
+        found = partial_paths.lookup(target, RuntimeError)
         assert found is not None
         assert found.damaged is None
     async with asyncdl.Engine(client, config=config) as engine:
@@ -335,7 +335,7 @@ async def test_range_claimed_by_hand_is_caught(
         file.seek(12 * CHUNK)
         file.write(bytes(4 * CHUNK))
     _rewrite(tmp_path / ".k.asyncdl-journal", _extend_last_range)
-    found = partial_file.lookup(target, RuntimeError)
+    found = partial_paths.lookup(target, RuntimeError)
     assert found is not None
     claimed = found.ranges[-1]
     async with asyncdl.Engine(client, config=config) as engine:
@@ -524,14 +524,14 @@ async def test_a_multipart_object_resumes_right(
 def test_partial_names_stay_in_the_directory_and_never_look_like_targets(tmp_path: Path) -> None:
     long_a = "a" * 250 + "1"
     long_b = "a" * 250 + "2"
-    pa, ja = partial_file.paths_for(tmp_path / long_a)
-    pb, jb = partial_file.paths_for(tmp_path / long_b)
+    pa, ja = partial_paths.paths_for(tmp_path / long_a)
+    pb, jb = partial_paths.paths_for(tmp_path / long_b)
     assert len({pa, ja, pb, jb}) == 4
     for path in (pa, ja, pb, jb):
         assert path.parent == tmp_path
         assert path.name.startswith(".")
         assert len(os.fsencode(path.name)) <= 255
-    partial, journal = partial_file.paths_for(tmp_path / "x.bin")
+    partial, journal = partial_paths.paths_for(tmp_path / "x.bin")
     assert (partial.name, journal.name) == (".x.bin.asyncdl-partial", ".x.bin.asyncdl-journal")
     # Not temp files: the Dask sweep (and anything else that removes those) keeps them.
     for name in (partial.name, journal.name):

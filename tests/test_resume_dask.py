@@ -15,7 +15,7 @@ from distributed import Client
 
 import asyncdl
 import asyncdl.dask as adask
-from asyncdl import partial_file
+from asyncdl import partial_paths
 from asyncdl.testing.tcp_proxy import Fault, TcpProxy
 
 from .conftest import CHUNK, payload
@@ -61,7 +61,7 @@ def test_a_killed_worker_leaves_partials_that_the_rerun_continues(
             recording.reset_stats()
             # What the dead worker's journals hold: the rerun must not fetch it again.
             for path in journals:
-                found, _ = partial_file.peek(Path(path))
+                found, _ = partial_paths.peek(Path(path))
                 if found is not None and found.header is not None:
                     key = f"r/{found.header.target}"
                     kept[key] = sum(end - start for start, end, _ in found.ranges)
@@ -88,8 +88,8 @@ def _recorded_partials(pid: int) -> list[str]:
     """The journals ``pid`` holds open that record at least one range."""
     held = []
     for name in open_files(pid):
-        if name.endswith(partial_file.JOURNAL_SUFFIX):
-            found, _ = partial_file.peek(Path(name))
+        if name.endswith(partial_paths.JOURNAL_SUFFIX):
+            found, _ = partial_paths.peek(Path(name))
             if found is not None and found.ranges:
                 held.append(name)
     return held

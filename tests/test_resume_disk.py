@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 import asyncdl
-from asyncdl import journal, partial_file
+from asyncdl import journal, partial_paths
 from asyncdl.testing.tcp_proxy import RequestRecord, TcpProxy
 
 from .conftest import CHUNK, payload
@@ -63,7 +63,7 @@ async def test_a_reused_range_damaged_on_disk_is_fetched_again(
         s3.put_object(Bucket=bucket, Key="k", Body=data, ChecksumAlgorithm=checksum)
     target = tmp_path / "k"
     await interrupted(client, resumable(config), proxy, bucket, target)
-    found = partial_file.lookup(target, RuntimeError)
+    found = partial_paths.lookup(target, RuntimeError)
     assert found is not None
     assert found.damaged is None
     start, end, _ = found.ranges[len(found.ranges) // 2]
@@ -101,7 +101,7 @@ async def test_intact_reused_bytes_are_not_fetched_again(
     s3_without_checksums.put_object(Bucket=bucket, Key="k", Body=data)
     target = tmp_path / "k"
     await interrupted(client, resumable(config), proxy, bucket, target)
-    found = partial_file.lookup(target, RuntimeError)
+    found = partial_paths.lookup(target, RuntimeError)
     assert found is not None
     recorded = sum(end - start for start, end, _ in found.ranges)
     async with asyncdl.Engine(client, config=resumable(config)) as engine:
@@ -137,7 +137,7 @@ async def test_a_planted_symlink_is_never_written_through(
     original = payload(256 * 1024, seed=7)
     database.write_bytes(original)
     target = shared / "k"
-    for path, planted in zip(partial_file.paths_for(target), PLANTS[plant], strict=True):
+    for path, planted in zip(partial_paths.paths_for(target), PLANTS[plant], strict=True):
         if planted:
             path.symlink_to(database)
     async with asyncdl.Engine(client, config=resumable(config)) as engine:
@@ -166,7 +166,7 @@ async def test_a_planted_dangling_symlink_creates_nothing_outside(
     target = shared / "k"
     outside = [tmp_path / "made-by-partial", tmp_path / "made-by-journal"]
     for path, planted, to in zip(
-        partial_file.paths_for(target), PLANTS[plant], outside, strict=True
+        partial_paths.paths_for(target), PLANTS[plant], outside, strict=True
     ):
         if planted:
             path.symlink_to(to)
@@ -197,7 +197,7 @@ async def test_a_partial_replaced_by_a_symlink_is_not_adopted(
     database = tmp_path / "database"
     original = payload(SIZE, seed=9)
     database.write_bytes(original)
-    partial, _ = partial_file.paths_for(target)
+    partial, _ = partial_paths.paths_for(target)
     partial.unlink()
     partial.symlink_to(database)
     async with asyncdl.Engine(client, config=config) as engine:
@@ -234,7 +234,7 @@ def test_peek_reads_a_journal_it_could_not_write(tmp_path: Path) -> None:
     path = tmp_path / ".k.asyncdl-journal"
     path.write_bytes(header.line() + journal.line_of([0, 10, {"CRC32": 5}]))
     with unwritable(path):
-        found, busy = partial_file.peek(path)
+        found, busy = partial_paths.peek(path)
     assert not busy
     assert found is not None, "peek could not read a journal it cannot write"
     assert found.header == header
@@ -254,7 +254,7 @@ async def test_a_partial_that_reads_back_as_zeros_is_discarded_and_says_why(
     target = tmp_path / "k"
     config = resumable(config)
     await interrupted(client, config, proxy, bucket, target)
-    partial, _ = partial_file.paths_for(target)
+    partial, _ = partial_paths.paths_for(target)
     partial.write_bytes(bytes(SIZE))  # the power-loss case, every extent unwritten
     async with asyncdl.Engine(client, config=config) as engine:
         result = await engine.download(bucket, "k", target)

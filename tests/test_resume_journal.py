@@ -16,7 +16,7 @@ import pytest
 from awscrt import checksums as crt
 
 import asyncdl
-from asyncdl import journal, partial_file
+from asyncdl import journal, partial_paths
 from asyncdl.testing.tcp_proxy import Fault, RequestRecord, TcpProxy
 
 from .conftest import CHUNK, payload
@@ -75,7 +75,7 @@ async def test_many_writes_keep_the_journal_small_and_it_still_resumes(
     # 4 KiB writes: 16 lines per part before merging.
     config = resumable(config, write_size=4096)
     await interrupted(client, config, proxy, bucket, target)
-    found = partial_file.lookup(target, RuntimeError)
+    found = partial_paths.lookup(target, RuntimeError)
     assert found is not None
     assert found.damaged is None
     reused = sum(end - start for start, end, _ in found.ranges)
@@ -141,7 +141,7 @@ async def test_a_resumed_large_journal_is_compacted(
     path.write_bytes(header + body * ((2 * journal.COMPACT_AT) // len(body) + 1))
     await interrupted(client, config, proxy, bucket, target, at=14 * CHUNK)
     assert path.stat().st_size < journal.COMPACT_AT
-    found = partial_file.lookup(target, RuntimeError)
+    found = partial_paths.lookup(target, RuntimeError)
     assert found is not None
     assert found.damaged is None
     assert found.ranges[0][0] == 0
@@ -183,7 +183,7 @@ async def test_a_compacted_journal_stays_locked(
         first = asyncio.create_task(engine.download(bucket, "k", target))
         while not first.done():
             try:
-                found = partial_file.lookup(target, RuntimeError)
+                found = partial_paths.lookup(target, RuntimeError)
             except RuntimeError:
                 found = None  # busy: as it must be
             else:

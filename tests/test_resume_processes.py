@@ -16,7 +16,7 @@ from typing import Any
 from click.testing import CliRunner
 
 import asyncdl
-from asyncdl import partial_file
+from asyncdl import partial_paths
 from asyncdl.cli import cli
 from asyncdl.testing.moto_server import FAKE_ENV
 from asyncdl.testing.tcp_proxy import TcpProxy
@@ -55,8 +55,8 @@ def cp(proxy: TcpProxy, *args: str) -> Any:
 def recorded(directory: Path) -> int:
     """Bytes the journals under ``directory`` say are on disk."""
     total = 0
-    for journal in directory.rglob(f"*{partial_file.JOURNAL_SUFFIX}"):
-        found, _ = partial_file.peek(journal)
+    for journal in directory.rglob(f"*{partial_paths.JOURNAL_SUFFIX}"):
+        found, _ = partial_paths.peek(journal)
         if found is not None:
             total += sum(end - start for start, end, _ in found.ranges)
     return total
@@ -183,7 +183,7 @@ def test_clean_removes_old_partials_but_not_busy_ones_or_other_files(
     for name in others:
         (tmp_path / name).write_bytes(b"mine")
     # A running download holds its journal's lock: so does this test, for "held".
-    _, held = partial_file.paths_for(sub / "held")
+    _, held = partial_paths.paths_for(sub / "held")
     holder = os.open(held, os.O_RDWR)
     fcntl.flock(holder, fcntl.LOCK_EX)
     try:

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import quick_io
-from .partial_file import JOURNAL_SUFFIX, PARTIAL_SUFFIX
+from .partial_paths import JOURNAL_SUFFIX, PARTIAL_SUFFIX
 from .writer import is_temp_file
 
 if TYPE_CHECKING:
@@ -303,7 +303,7 @@ async def remember(store: EtagStore, result: DownloadResult) -> None:
 
 def is_asyncdl_file(name: str) -> bool:
     """Whether a name is one of asyncdl's own files beside a target: a temp file, a
-    kept partial or its journal (``partial_file.paths_for``). Never a target, never
+    kept partial or its journal (``partial_paths.paths_for``). Never a target, never
     listed or removed as one."""
     return is_temp_file(name) or (
         name.startswith(".") and name.endswith((PARTIAL_SUFFIX, JOURNAL_SUFFIX))

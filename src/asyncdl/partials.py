@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import partial_file
+from . import partial_paths
 from .writer import is_temp_file
 
 #: A temp file that changed within this many seconds may be a running download's.
@@ -69,7 +69,7 @@ def find_partials(
     for folder, names in _walk(Path(directory), recursive, errors):
         stems: set[str] = set()
         for name in names:
-            for suffix in (partial_file.PARTIAL_SUFFIX, partial_file.JOURNAL_SUFFIX):
+            for suffix in (partial_paths.PARTIAL_SUFFIX, partial_paths.JOURNAL_SUFFIX):
                 if name.startswith(".") and name.endswith(suffix) and len(name) > len(suffix) + 1:
                     stems.add(name[1 : -len(suffix)])
             if is_temp_file(name):
@@ -112,7 +112,7 @@ def remove_partial(leftover: Leftover) -> bool:
     partial, journal = leftover.paths
     try:
         # Locked while it removes them: a download starting meanwhile waits for nothing.
-        partial_file.remove_pair(partial, journal, _Busy)
+        partial_paths.remove_pair(partial, journal, _Busy)
     except _Busy:
         return False
     return True
@@ -136,15 +136,15 @@ def _temp(path: Path) -> Leftover:
 
 
 def _partial(folder: Path, stem: str) -> Leftover:
-    partial = folder / f".{stem}{partial_file.PARTIAL_SUFFIX}"
-    journal = folder / f".{stem}{partial_file.JOURNAL_SUFFIX}"
+    partial = folder / f".{stem}{partial_paths.PARTIAL_SUFFIX}"
+    journal = folder / f".{stem}{partial_paths.JOURNAL_SUFFIX}"
     stats = []
     for path in (partial, journal):
         with contextlib.suppress(FileNotFoundError):
             stats.append(os.lstat(path))
     if not stats:
         raise FileNotFoundError(partial)
-    found, busy = partial_file.peek(journal)
+    found, busy = partial_paths.peek(journal)
     header = found.header if found is not None else None
     target = None
     if header is not None and Path(header.target).name == header.target != "..":

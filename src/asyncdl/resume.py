@@ -21,7 +21,7 @@ import asyncio
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import partial_file, quick_io
+from . import partial_paths, quick_io
 from .context import Context
 from .errors import (
     AccessDeniedError,
@@ -31,7 +31,8 @@ from .errors import (
     source_name,
 )
 from .journal import Header
-from .partial_file import Busy, PartialFile
+from .partial_file import PartialFile
+from .partial_paths import Busy
 from .progress import Reporter
 from .ranges import ByteRange
 from .request_args import ExtraArgs
@@ -103,7 +104,7 @@ async def discover(
     if size is not None and size <= ctx.config.write_size:
         return None  # fits one write: never journaled
     error = busy(obj, target)
-    journal = await quick_io.QUICK_IO.call(partial_file.lookup, target, error)
+    journal = await quick_io.QUICK_IO.call(partial_paths.lookup, target, error)
     if journal is None:
         return None
     header, why = journal.header, journal.damaged
@@ -131,7 +132,7 @@ async def discover(
         found.adopt = True
         return discovery
     found.discarded = f"a partial file was found, but {why}; it was discarded"
-    await quick_io.QUICK_IO.call(partial_file.remove, target, error)
+    await quick_io.QUICK_IO.call(partial_paths.remove, target, error)
     return None
 
 

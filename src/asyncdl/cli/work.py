@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import click
 
-from .. import interrupts, partial_file, quick_io
+from .. import interrupts, partial_paths, quick_io
 from ..bulk import failed
 from ..clients import create_default_client
 from ..engine import Engine
@@ -109,7 +109,7 @@ async def _discard_partial(target: Path, output: Output) -> None:
     running download holds). A lookup per object: on the loop while file calls are
     quick, as the downloads' own (``quick_io``)."""
     with contextlib.suppress(_Busy, OSError):
-        if await quick_io.QUICK_IO.call(partial_file.remove, target, _Busy):
+        if await quick_io.QUICK_IO.call(partial_paths.remove, target, _Busy):
             output.note(f"note: {str(target)!r}: discarded an earlier copy's partial file")
 
 
