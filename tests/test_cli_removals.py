@@ -47,7 +47,9 @@ def undeletable(monkeypatch: pytest.MonkeyPatch) -> Iterator[Undeletable]:
         unlink = os.unlink
 
         def refuse(target: Any, *args: Any, **kwargs: Any) -> None:
-            if Path(target) == path:
+            # sync --delete unlinks a name in its directory's descriptor.
+            by_name = kwargs.get("dir_fd") is not None and target == path.name
+            if Path(target) == path or by_name:
                 raise PermissionError(errno.EPERM, os.strerror(errno.EPERM), str(target))
             unlink(target, *args, **kwargs)
 

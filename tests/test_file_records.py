@@ -12,8 +12,9 @@ import pytest
 
 import asyncdl
 from asyncdl import file_records
-from asyncdl.file_records import EtagStore, remove_stale, stale_files
+from asyncdl.file_records import EtagStore
 from asyncdl.filters import Filters, compile_filters
+from asyncdl.stale import remove_stale, stale_files
 from asyncdl.testing.tcp_proxy import TcpProxy
 
 from .conftest import payload

@@ -18,7 +18,8 @@ from click.testing import CliRunner, Result
 
 from asyncdl import file_records
 from asyncdl.cli import cli
-from asyncdl.file_records import XATTR, EtagStore, stale_files
+from asyncdl.file_records import XATTR, EtagStore
+from asyncdl.stale import stale_files
 from asyncdl.testing.tcp_proxy import TcpProxy
 
 from .conftest import payload

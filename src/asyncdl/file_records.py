@@ -2,20 +2,30 @@
 
 ``download_prefix(skip_existing=...)``, ``asyncdl sync`` and ``asyncdl.dask`` share
 them: a re-run skips what a record still vouches for, and ``sync --delete`` removes
-only files a record vouches for (asyncdl wrote them and nobody changed them since).
-After a download the ETag is recorded with the file's size and ``mtime_ns`` (so a
-record never vouches for a file rewritten in place since), and with where it was
-written: the object's bucket and key, and the file's path relative to the store's
-directory (the synced directory). An xattr travels with its file (``mv``, ``cp -a``,
+only files a record vouches for (asyncdl wrote them and nobody changed them since;
+the scan and the removals are ``stale``'s). After a download the ETag is recorded
+with the file's size and ``mtime_ns`` (so a record never vouches for a file
+rewritten in place since), and with where it was written: the object's bucket and
+key, the file's path relative to the store's directory (the synced directory), and
+that directory's inode number. An xattr travels with its file (``mv``, ``cp -a``,
 ``rsync -aX``, the files of another sync into a subdirectory): a record vouches for a
-file only at the path it names. The path is relative, not absolute, so that a synced
-directory moved as a whole (``mv data data2``) is still vouched for. A record
-without these fields (written by an older asyncdl) vouches for nothing: its file is
-fetched again (and recorded anew), never deleted. The record is kept in the user xattr
-``user.asyncdl.etag`` where the file system allows it, else in a sidecar under
-``dest_dir/.asyncdl-etags/``. The sidecar is one JSON-lines file per writing
-process (host and pid in its name): appends from two processes never share a
-file, so they cannot interleave, and a reader takes the union of all of them.
+file only at the path it names, in the directory it names. The path is relative and
+the directory named by its inode, so that a synced directory moved as a whole (``mv
+data data2``) is still vouched for, and a file copied with its xattrs to the same
+path of another directory synced from the same prefix is not (nor a sidecar copied
+along with its files: the two backends agree). The inode, not the device as well: an
+NFS export that each host mounts as a device of its own is one directory to all of
+them. A record without these fields (written by an older asyncdl) vouches for
+nothing: its file is fetched again (and recorded anew), never deleted.
+
+The record is kept in the user xattr ``user.asyncdl.etag`` where the file system
+allows it, else in a sidecar under ``dest_dir/.asyncdl-etags/``. The sidecar is one
+JSON-lines file per writing process (host and pid in its name): appends from two
+processes never share a file, so they cannot interleave, and a reader takes the
+union of all of them. A destination may be shared: the sidecar's directory and files
+hold records only if they are this user's alone (``own_files``: not a link, not a
+FIFO, nobody else may write them), and what is read of them is bounded. A record is
+read from outside: one too long, or nested too deep to parse, is no record.
 
 Everything in :class:`EtagStore` is blocking file work: callers on an event loop go
 through :data:`~asyncdl.quick_io.QUICK_IO` (a stat and an xattr call are quick on a
@@ -34,12 +44,13 @@ import os
 import socket
 import stat
 import threading
-from collections.abc import Callable, Iterator, Mapping
+import unicodedata
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import quick_io
+from . import own_files, quick_io
 from .partial_paths import JOURNAL_SUFFIX, PARTIAL_SUFFIX
 from .writer import is_temp_file
 
@@ -52,6 +63,14 @@ SIDECAR_DIR = ".asyncdl-etags"
 #: (``asyncdl.dask`` needs dask, which this module must not import: the name is here).
 RUN_JOURNAL_DIR = ".asyncdl-runs"
 SKIP_MODES = ("size", "etag")
+#: A record asyncdl writes is at most about 12.5 KiB (a 1024-byte key and its path,
+#: every byte escaped): a longer xattr value is not one.
+MAX_XATTR = 16 * 1024
+#: A sidecar line longer than this is not one asyncdl wrote: passed over.
+MAX_LINE = 64 * 1024
+#: What a store reads of its sidecar, at most (a line per file ever written); the
+#: records past it vouch for nothing (their files are fetched again, never deleted).
+MAX_SIDECAR_BYTES = 256 * 1024 * 1024
 
 logger = logging.getLogger("asyncdl")
 
@@ -71,17 +90,22 @@ class Record:
     etag: str
     size: int
     mtime_ns: int
-    #: Where it was written: the object, and the file's path relative to the store's
-    #: directory. ``None`` in a record an older asyncdl wrote: it vouches for nothing.
+    #: Where it was written: the object, the file's path relative to the store's
+    #: directory, and that directory's inode number. ``None`` in a record an older
+    #: asyncdl wrote: it vouches for nothing.
     bucket: str | None = None
     key: str | None = None
     path: str | None = None
+    root: int | None = None
 
-    def vouches_for(self, st: os.stat_result, path: str) -> bool:
-        """Whether the file at ``path`` (relative to the store's directory), as ``st``
-        sees it, is the file this record was made for, unchanged."""
+    def vouches_for(self, st: os.stat_result, path: str, root: int | None) -> bool:
+        """Whether the file at ``path`` (relative to the store's directory, whose
+        inode number is ``root``), as ``st`` sees it, is the file this record was made
+        for, unchanged."""
         return (
             self.path == path
+            and self.root is not None
+            and self.root == root
             and self.bucket is not None
             and self.key is not None
             and self.size == st.st_size
@@ -98,28 +122,48 @@ class EtagStore:
         #: The sidecar's records, read once (lazily) per store: ``{relative path: [...]}``.
         self._sidecar: dict[str, list[Record]] | None = None
         self._fd = -1
+        self._root: int | None = None
+
+    def root_id(self) -> int | None:
+        """The inode number of the store's directory (``None`` while it is missing)."""
+        if self._root is None:
+            with contextlib.suppress(OSError):
+                self._root = os.stat(self.dest_dir).st_ino
+        return self._root
 
     # -- reading ------------------------------------------------------------------
     def recorded(self, target: Path, st: os.stat_result) -> str | None:
         """The ETag ``target`` was downloaded at, if a record vouches for it as it is now
         and where it is now."""
         relative = self._relative(target)
+        root = self.root_id()
         for record in self.records(target):
-            if record.vouches_for(st, relative):
+            if record.vouches_for(st, relative, root):
                 return record.etag
         return None
 
     def records(self, target: Path) -> list[Record]:
         """Every record made for ``target`` (whether or not it vouches for it now)."""
+        return self._records(lambda: os.getxattr(target, XATTR), self._relative(target))
+
+    def records_in(self, fd: int, relative: str) -> list[Record]:
+        """:meth:`records` of the file open at ``fd``, whose path is ``relative``."""
+        return self._records(lambda: os.getxattr(fd, XATTR), relative)
+
+    def _records(self, xattr: Callable[[], bytes], relative: str) -> list[Record]:
         try:
-            raw = os.getxattr(target, XATTR)
+            raw = xattr()
         except OSError as exc:
             if exc.errno not in _NO_XATTR and exc.errno != errno.ENODATA:
                 return []
             # No xattr here: the sidecar may hold it (a file system without user
             # xattrs, or a file recorded while they were unavailable).
-            return self._from_sidecar(target)
-        record = _parse(raw)
+            self.load()
+            with self._lock:
+                assert self._sidecar is not None
+                return list(self._sidecar.get(relative, ()))
+        entry = _loads(raw) if len(raw) <= MAX_XATTR else None
+        record = _record_of(entry, entry.get("path") if isinstance(entry, dict) else None)
         return [] if record is None else [record]
 
     def load(self) -> None:
@@ -128,37 +172,27 @@ class EtagStore:
             if self._sidecar is None:
                 self._sidecar = self._read_sidecar()
 
-    def _from_sidecar(self, target: Path) -> list[Record]:
-        self.load()
-        with self._lock:
-            assert self._sidecar is not None
-            return list(self._sidecar.get(self._relative(target), ()))
-
     def _read_sidecar(self) -> dict[str, list[Record]]:
         found: dict[str, list[Record]] = {}
         void: set[tuple[str, int, int]] = set()
-        directory = self.dest_dir / SIDECAR_DIR
         try:
-            names = sorted(os.listdir(directory))
+            dir_fd = own_files.open_dir(self.dest_dir, SIDECAR_DIR, create=False)
         except (FileNotFoundError, NotADirectoryError):
             return found
-        for name in names:
-            if not name.endswith(".jsonl"):
-                continue
-            with contextlib.suppress(OSError), open(directory / name, "rb") as lines:
-                for line in lines:
-                    try:
-                        entry = json.loads(line)
-                        path = entry["path"]
-                    except (ValueError, KeyError, TypeError):
-                        continue  # a line another process is still appending
-                    record = _record_of(entry, path)
-                    if not isinstance(path, str) or record is None:
-                        continue
-                    if entry.get("void") is True:
-                        void.add((path, record.size, record.mtime_ns))
-                    else:
-                        found.setdefault(path, []).append(record)
+        except OSError as exc:
+            logger.warning("no records read from %s: %s", self.dest_dir / SIDECAR_DIR, exc)
+            return found
+        budget = [MAX_SIDECAR_BYTES]
+        try:
+            for name in sorted(os.listdir(dir_fd)):
+                if name.endswith(".jsonl"):
+                    _read_lines(dir_fd, name, budget, found, void)
+        finally:
+            os.close(dir_fd)
+        if budget[0] <= 0:
+            logger.warning(
+                "records in %s past its first %d bytes ignored", SIDECAR_DIR, MAX_SIDECAR_BYTES
+            )
         # A void line (the file was removed) cancels the records of that path for the
         # file as it was, whichever process's sidecar holds either line.
         for path, records in found.items():
@@ -171,13 +205,15 @@ class EtagStore:
         ``bucket``/``key`` at ``etag``."""
         st = os.stat(target)
         relative = self._relative(target)
-        record = Record(bare_etag(etag), st.st_size, st.st_mtime_ns, bucket, key, relative)
+        root = self.root_id()
+        record = Record(bare_etag(etag), st.st_size, st.st_mtime_ns, bucket, key, relative, root)
         value = {
             "etag": record.etag,
             "size": record.size,
             "mtime_ns": record.mtime_ns,
             "bucket": bucket,
             "key": key,
+            "root": root,
         }
         try:
             if not _force_sidecar:
@@ -214,11 +250,14 @@ class EtagStore:
             os.write(self._fd, line.encode())
 
     def _open_sidecar(self) -> int:
-        directory = self.dest_dir / SIDECAR_DIR
-        directory.mkdir(exist_ok=True)
-        name = f"{socket.gethostname()}-{os.getpid()}.jsonl"
-        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
-        return os.open(directory / name, flags, 0o666)
+        """This process's sidecar file, appended to: in a directory of ours (made
+        private), never through a link, never someone else's file."""
+        dir_fd = own_files.open_dir(self.dest_dir, SIDECAR_DIR, create=True)
+        try:
+            name = f"{socket.gethostname()}-{os.getpid()}.jsonl"
+            return own_files.open_file(dir_fd, name, os.O_WRONLY | os.O_APPEND, create=True)
+        finally:
+            os.close(dir_fd)
 
     def close(self) -> None:
         with self._lock:
@@ -228,6 +267,38 @@ class EtagStore:
 
     def _relative(self, target: Path) -> str:
         return target.relative_to(self.dest_dir).as_posix()
+
+
+def _read_lines(
+    dir_fd: int,
+    name: str,
+    budget: list[int],
+    found: dict[str, list[Record]],
+    void: set[tuple[str, int, int]],
+) -> None:
+    """The records of the sidecar file ``name`` into ``found`` (void lines into
+    ``void``), if it is ours; what is read counted off ``budget``."""
+    try:
+        fd = own_files.open_file(dir_fd, name, os.O_RDONLY)
+    except OSError:
+        return  # not ours (a link, a FIFO, another user's, a shared one): no records
+    try:
+        for line in own_files.lines_of(fd, longest=MAX_LINE, budget=budget):
+            entry = _loads(line)
+            if not isinstance(entry, dict):
+                continue  # a line another process is still appending, say
+            path = entry.get("path")
+            record = _record_of(entry, path)
+            if not isinstance(path, str) or record is None:
+                continue
+            if entry.get("void") is True:
+                void.add((path, record.size, record.mtime_ns))
+            else:
+                found.setdefault(path, []).append(record)
+    except OSError as exc:
+        logger.warning("records in %s/%s past a read error ignored: %s", SIDECAR_DIR, name, exc)
+    finally:
+        os.close(fd)
 
 
 def should_skip(
@@ -312,118 +383,33 @@ def is_asyncdl_file(name: str) -> bool:
 
 def is_own_name(name: str) -> bool:
     """Whether a file or directory name is asyncdl's own: one of its files beside a
-    target, the record sidecar's directory, or a Dask run's journal directory. A key
-    with such a segment is refused (``key_paths``): it would be taken for ours."""
-    return is_asyncdl_file(name) or name in (SIDECAR_DIR, RUN_JOURNAL_DIR)
+    target, the record sidecar's directory, or a Dask run's journal directory, in any
+    case and Unicode form. A key with such a segment is refused (``key_paths``): it
+    would be taken for ours, and on a file system that ignores case (macOS', Windows')
+    ``.X.ASYNCDL-PARTIAL`` is ``.x.asyncdl-partial``."""
+    # NFC, then case folding (which also folds U+017F, long s, to "s", as NTFS does).
+    folded = unicodedata.normalize("NFC", name).casefold()
+    return is_asyncdl_file(folded) or folded in (SIDECAR_DIR, RUN_JOURNAL_DIR)
 
 
-@dataclass(frozen=True, slots=True)
-class Stale:
-    """A file under the destination whose key the listing no longer holds."""
-
-    path: Path
-    #: ``None``: asyncdl wrote it and nobody changed it since, so it may go; else why
-    #: it stays.
-    kept_because: str | None
-    stat: os.stat_result
-
-
-def stale_files(
-    store: EtagStore,
-    listed: Callable[[str], bool],
-    included: Callable[[str], bool],
-    *,
-    bucket: str,
-    prefix: str,
-) -> Iterator[Stale]:
-    """The files under ``store.dest_dir`` (relative POSIX paths ``included`` and not
-    ``listed``), each with whether a record vouches for it: one made for that file,
-    unchanged, at that path, of the key the folder ``prefix`` (empty, or ending in
-    ``/``) of ``bucket`` maps to that path. Blocking: a walk.
-
-    Symlinks are never followed (a linked directory is not entered, a linked file is
-    left alone), and asyncdl's own files (temp, partial, journal, the sidecar) are
-    not files of the destination.
-    """
-    root = store.dest_dir
-    for directory, dirs, files in os.walk(root):
-        here = Path(directory)
-        dirs[:] = sorted(d for d in dirs if d != SIDECAR_DIR)
-        for name in sorted(files):
-            if is_asyncdl_file(name):
-                continue
-            path = here / name
-            relative = path.relative_to(root).as_posix()
-            if listed(relative) or not included(relative):
-                continue
-            try:
-                st = os.lstat(path)
-            except FileNotFoundError:
-                continue
-            if not stat.S_ISREG(st.st_mode):
-                yield Stale(path, "not a regular file", st)
-                continue
-            yield Stale(path, _kept_because(store.records(path), st, relative, bucket, prefix), st)
-
-
-def _kept_because(
-    records: list[Record], st: os.stat_result, relative: str, bucket: str, prefix: str
-) -> str | None:
-    """Why the file at ``relative`` stays (``None``: it may go), from its records."""
-    if not records:
-        return "not written by asyncdl"
-    mine = [r for r in records if r.vouches_for(st, relative)]
-    if any(r.bucket == bucket and r.key == prefix + relative for r in mine):
-        return None
-    if mine:
-        return f"written by asyncdl from s3://{mine[0].bucket}/{mine[0].key}"
-    if all(r.bucket is None or r.key is None or r.path is None for r in records):
-        return "recorded by an older asyncdl, without its place"
-    elsewhere = [r for r in records if r.path != relative]
-    if elsewhere:
-        # Its xattr went with it: renamed, copied with its xattrs, or under a
-        # subdirectory another sync wrote into (its paths are relative to that one).
-        source = f"s3://{elsewhere[0].bucket}/{elsewhere[0].key}"
-        return f"written by asyncdl from {source} to another place, moved or copied here"
-    return "changed since asyncdl wrote it"
-
-
-def remove_stale(store: EtagStore, stale: Stale) -> None:
-    """Remove a file :func:`stale_files` found vouched for, its record, and the
-    directories the removal left empty (up to, not including, the destination).
-    Blocking."""
-    now = os.lstat(stale.path)
-    seen = stale.stat
-    if (now.st_ino, now.st_size, now.st_mtime_ns) != (seen.st_ino, seen.st_size, seen.st_mtime_ns):
-        raise OSError(errno.EAGAIN, "changed since it was checked", str(stale.path))
-    os.unlink(stale.path)
-    store.forget(stale.path, seen)
-    parent = stale.path.parent
-    while parent != store.dest_dir and store.dest_dir in parent.parents:
-        try:
-            os.rmdir(parent)
-        except OSError:
-            return  # not empty (or not ours to remove): the directories above are not
-        parent = parent.parent
-
-
-def _parse(raw: bytes) -> Record | None:
+def _loads(raw: bytes) -> object:
+    """A record's JSON, or ``None`` if it is not JSON or nests too deep to parse."""
     try:
-        entry = json.loads(raw)
-    except ValueError:
+        return json.loads(raw)
+    except (ValueError, RecursionError):
         return None
-    return _record_of(entry, entry.get("path") if isinstance(entry, dict) else None)
 
 
 def _record_of(entry: object, path: object) -> Record | None:
     """The record in ``entry``, made for the file at ``path``; its place (bucket, key,
-    path) left ``None`` where missing or not text (an older asyncdl's record)."""
+    path, root) left ``None`` where missing or not of its type (an older asyncdl's
+    record)."""
     if not isinstance(entry, dict):
         return None
     etag, size, mtime = entry.get("etag"), entry.get("size"), entry.get("mtime_ns")
     if not (isinstance(etag, str) and isinstance(size, int) and isinstance(mtime, int)):
         return None
-    bucket, key = entry.get("bucket"), entry.get("key")
+    bucket, key, root = entry.get("bucket"), entry.get("key"), entry.get("root")
     return Record(
         etag,
         size,
@@ -431,6 +417,7 @@ def _record_of(entry: object, path: object) -> Record | None:
         bucket if isinstance(bucket, str) else None,
         key if isinstance(key, str) else None,
         path if isinstance(path, str) else None,
+        root if type(root) is int else None,
     )
 
 

@@ -35,6 +35,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from pathlib import Path, PurePosixPath
 
+from .. import own_files
 from ..file_records import RUN_JOURNAL_DIR
 from ..writer import is_temp_file
 
@@ -93,11 +94,20 @@ def record_dirs(dest: Path, run_id: str, dirs: Iterable[Path]) -> None:
     lines = "".join(json.dumps(d.relative_to(dest).as_posix()) + "\n" for d in set(dirs))
     if not lines:
         return
-    journals = dest / JOURNAL_DIR
-    journals.mkdir(parents=True, exist_ok=True)
+    dest.mkdir(parents=True, exist_ok=True)
     name = f"{run_id}.{socket.gethostname()}-{os.getpid()}{_SUFFIX}"
-    with _lock, open(journals / name, "a", encoding="utf-8") as journal:
-        journal.write(lines)
+    # The destination may be shared: the journals' directory is made private and the
+    # journal opened as the record sidecar is (never through a link, nobody else's).
+    dir_fd = own_files.open_dir(dest, JOURNAL_DIR, create=True)
+    try:
+        with _lock:
+            fd = own_files.open_file(dir_fd, name, os.O_WRONLY | os.O_APPEND, create=True)
+            try:
+                os.write(fd, lines.encode())
+            finally:
+                os.close(fd)
+    finally:
+        os.close(dir_fd)
 
 
 def sweep(dest_dir: str, run_id: str | None) -> int:
