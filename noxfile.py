@@ -163,9 +163,20 @@ def bench_dask(session: nox.Session) -> None:
 
 @nox.session
 def stress(session: nox.Session) -> None:
-    """The fault-injection module 20 times in a row (retries, stalls, cancellation)."""
+    """The fault-injection module 20 times in a row (retries, stalls, cancellation),
+    then the crash-consistency module with 200 kills per test (`-- RUNS KILLS`)."""
     session.install("-e", ".[tests]")
     runs = int(session.posargs[0]) if session.posargs else 20
+    kills = int(session.posargs[1]) if len(session.posargs) > 1 else 200
     for run in range(1, runs + 1):
         session.log(f"fault run {run} of {runs}")
         session.run("pytest", "-q", "-p", "no:cacheprovider", "tests/test_faults.py")
+    session.log(f"crash consistency: {kills} kills per command, plain and with power loss")
+    session.run(
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "tests/test_crash_consistency.py",
+        env={"ASYNCDL_CRASH_KILLS": str(kills)},
+    )

@@ -23,15 +23,16 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from asyncdl import journal
 from asyncdl.file_records import SIDECAR_DIR, EtagStore
-from asyncdl.partial_file import JOURNAL_SUFFIX, PARTIAL_SUFFIX
+from asyncdl.partial_paths import JOURNAL_SUFFIX, PARTIAL_SUFFIX
 from asyncdl.testing.moto_server import FAKE_ENV
 from asyncdl.testing.tcp_proxy import TcpProxy
 from asyncdl.writer import is_temp_file
@@ -149,14 +150,15 @@ def run_once(
     """Start the command; ``kill_after`` seconds after the proxy saw its first request,
     SIGKILL it (unless it ended by then). ``None``: let it finish."""
     proxy.reset_stats()
-    with spawned(
-        argv,
-        # A SIGKILL cannot be ignored or caught; SIGINT and SIGTERM are left at their
-        # defaults so that nothing a kill leaves differs from what an OOM kill would.
-        env=child_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    ) as child:
+    # Files, not pipes: a run that prints more than a pipe holds would block on it, and
+    # a kill would land on a process that waits for its reader.
+    with (
+        tempfile.TemporaryFile() as out,
+        tempfile.TemporaryFile() as err,
+        spawned(argv, env=child_env(), stdout=out, stderr=err) as child,
+    ):
+        # SIGKILL cannot be ignored or caught, whatever started pytest: ``spawned`` is
+        # used for its reaping (a failed assertion still kills and collects the child).
         started = time.monotonic()
         deadline = started + 60
         while not proxy.requests and child.poll() is None:
@@ -165,20 +167,22 @@ def run_once(
         began = time.monotonic()
         startup = began - started
         try:
-            child.wait(timeout=kill_after)
+            child.wait(timeout=90 if kill_after is None else kill_after)
         except subprocess.TimeoutExpired:
             child.send_signal(signal.SIGKILL)
-        out, err = child.communicate(timeout=90)
+            child.wait(timeout=60)
         elapsed = time.monotonic() - began
         # Not sent to a child that ended just before: then the run is a whole one.
         killed = child.returncode == -signal.SIGKILL
-    text = out.decode(errors="replace")
+        out.seek(0)
+        err.seek(0)
+        text, errors = out.read().decode(errors="replace"), err.read().decode(errors="replace")
     return Run(
         number=number,
         killed=killed,
         returncode=child.returncode,
         stdout=text,
-        stderr=err.decode(errors="replace"),
+        stderr=errors,
         delay=kill_after if killed else None,
         elapsed=elapsed,
         startup=startup,
@@ -300,7 +304,7 @@ class Campaign:
 
 def describe(run: Run, extra: str = "") -> str:
     how = f"killed {run.delay:.3f} s after its first request" if run.killed else "finished"
-    return f"run {run.number}: {how}, status {run.returncode}, {len(run.reported)} reported{extra}"
-
-
-Check = Callable[[Run], list[str]]
+    return (
+        f"run {run.number}: first request {run.startup:.2f} s after its start, {how}, "
+        f"status {run.returncode}, {len(run.reported)} reported{extra}"
+    )
