@@ -142,3 +142,24 @@ def test_the_names_refused_are_the_ones_asyncdl_writes(tmp_path: Path) -> None:
 )
 def test_names_that_only_resemble_asyncdl_own_files_are_kept(key: str) -> None:
     assert str(relative_path(key, "p/")) == key[2:]
+
+
+# On a file system that ignores case (macOS' APFS, Windows' NTFS) these are asyncdl's
+# own names (NTFS upper-cases U+017F, long s, to S): refused on every platform.
+CASE_VARIANTS = [
+    ".big.bin.ASYNCDL-PARTIAL",
+    ".big.bin.Asyncdl-Journal",
+    ".x.12345678.ASYNCDL-TMP",
+    ".ASYNCDL-ETAGS",
+    ".Asyncdl-Runs",
+    ".a\u017fyncdl-etags",
+    ".big.bin.\u0041syncdl-partial",
+]
+
+
+@pytest.mark.parametrize("windows", [False, True])
+@pytest.mark.parametrize("name", CASE_VARIANTS)
+def test_own_names_are_refused_in_any_case(name: str, windows: bool) -> None:
+    for key in (f"p/{name}", f"p/{name}/inside"):
+        with pytest.raises(ValueError, match="asyncdl's own"):
+            relative_path(key, "p/", windows=windows)

@@ -10,15 +10,22 @@ import os
 import shutil
 import socket
 import threading
+import time
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 from asyncdl import file_records, journal
+from asyncdl.cli import cli
 from asyncdl.file_records import SIDECAR_DIR, XATTR, EtagStore
 from asyncdl.stale import Stale, remove_stale, stale_files
+from asyncdl.testing.tcp_proxy import TcpProxy
+
+from .conftest import CHUNK
 
 #: Another user's id: the tests run as root, which may give a file away.
 OTHER_UID = 1001
@@ -321,3 +328,58 @@ def test_a_file_copied_into_another_synced_directory_is_not_vouched_for(
         assert stale.kept_because is not None
     finally:
         store.close()
+
+
+def bomb_journal(target: Path) -> None:
+    """A journal at ``target``'s partial whose one line passes its CRC and nests too
+    deep to parse (a CRC is no signature: anyone can write one)."""
+    text = b"[" * 50_000
+    (target.parent / f".{target.name}.asyncdl-journal").write_bytes(
+        b"%s\t%08x\n" % (text, zlib.crc32(text))
+    )
+    (target.parent / f".{target.name}.asyncdl-partial").write_bytes(bytes(10))
+
+
+def test_clean_takes_a_journal_of_nested_json_for_damage_and_goes_on(tmp_path: Path) -> None:
+    bomb_journal(tmp_path / "big.bin")
+    other = tmp_path / ".aaa.asyncdl-partial"
+    other.write_bytes(b"old leftover")
+    hour_ago = time.time() - 3600
+    for path in tmp_path.iterdir():
+        os.utime(path, (hour_ago, hour_ago))
+
+    result = CliRunner().invoke(cli, ["clean", str(tmp_path)])
+
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(
+        result.exception
+    )
+    assert "Traceback" not in result.output
+    assert result.exit_code == 0, result.output
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_download_over_a_journal_of_nested_json_starts_over(
+    s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    body = os.urandom(3 * CHUNK + 5)
+    s3.put_object(Bucket=bucket, Key="p/big.bin", Body=body)
+    bomb_journal(tmp_path / "big.bin")
+
+    result = CliRunner().invoke(
+        cli,
+        [
+            "cp",
+            "--endpoint-url",
+            proxy.url,
+            "--chunk-size",
+            str(CHUNK),
+            f"s3://{bucket}/p/big.bin",
+            str(tmp_path / "big.bin"),
+        ],
+    )
+
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "big.bin").read_bytes() == body
+    assert os.listdir(tmp_path) == ["big.bin"]

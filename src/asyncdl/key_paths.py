@@ -40,7 +40,8 @@ def relative_path(key: str, prefix: str, *, windows: bool | None = None) -> Pure
     Windows also no drive or stream colon nor other character it refuses, no trailing
     dot or space (it drops them), no device name (``CON``, ``nul.txt``, ``COM1``);
     and nowhere one of asyncdl's own names (a partial, journal or temp file, the record
-    sidecar's or Dask's run journal directory).
+    sidecar's or Dask's run journal directory), in any case or Unicode form: on a file
+    system that ignores case, ``.X.ASYNCDL-PARTIAL`` is ``.x.asyncdl-partial``.
     """
     base = folder(prefix)
     if not key.startswith(base):

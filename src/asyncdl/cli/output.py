@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import traceback
 from types import TracebackType
@@ -37,6 +38,24 @@ def silence_stdout() -> None:
         os.close(devnull)
     except (OSError, ValueError, AttributeError):
         pass  # not a real file (a test's capture): nothing will flush into a pipe
+
+
+#: Characters a terminal acts on rather than shows: C0 controls, DEL, C1 controls
+#: (CSI, OSC... as single bytes), and the bidirectional overrides and isolates that
+#: reorder what follows them.
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """``text`` with every character a terminal would act on escaped as ``repr`` does
+    (``\\x1b``, ``\\n``, ``\\u202e``): names and records read from outside (a file
+    name someone chose, a key, a record that came with a file) are shown, never
+    obeyed."""
+    return _CONTROLS.sub(_escape, text)
+
+
+def _escape(match: re.Match[str]) -> str:
+    return repr(match.group())[1:-1]
 
 
 def shown(result: DownloadResult) -> str:

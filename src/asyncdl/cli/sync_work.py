@@ -23,7 +23,7 @@ from ..file_records import EtagStore, Skips
 from ..filters import compile_filters
 from ..stale import Stale, remove_stale, stale_files
 from .app import Settings
-from .output import Output
+from .output import Output, printable
 from .work import _open_engine, copy_prefix
 
 
@@ -131,7 +131,12 @@ async def _delete(job: SyncJob, listed: set[str], output: Output) -> None:
                     await asyncio.to_thread(remove_stale, store, stale)
                 except OSError as exc:
                     # Not an object that failed: counted apart (``could not delete``).
-                    output.not_deleted(RemovalError(f"cannot delete {stale.path}: {exc.strerror}"))
+                    error = RemovalError(
+                        f"cannot delete {printable(str(stale.path))}: {exc.strerror}"
+                    )
+                    output.not_deleted(error)
+                    if output.json_lines:
+                        _say(output, "delete", stale.path, dry_run=False, error=error)
                     continue
             _say(output, "delete", stale.path, dry_run=job.dry_run)
     finally:
@@ -143,18 +148,30 @@ def _everything(relative: str) -> bool:
 
 
 def _say(
-    output: Output, action: str, path: Path, *, dry_run: bool, bucket: str = "", key: str = ""
+    output: Output,
+    action: str,
+    path: Path,
+    *,
+    dry_run: bool,
+    bucket: str = "",
+    key: str = "",
+    error: RemovalError | None = None,
 ) -> None:
     """One line on stdout, as the AWS CLI's: ``[(dryrun) ]delete: PATH``,
-    ``(dryrun) download: s3://BUCKET/KEY to PATH``; or its JSON."""
+    ``(dryrun) download: s3://BUCKET/KEY to PATH``; or its JSON, which a removal that
+    failed has too, with its ``error`` (as an object's line has it); its text is on
+    stderr."""
     if output.json_lines:
-        line = {"action": action, "dry_run": dry_run, "path": str(path)}
+        line: dict[str, object] = {"action": action, "dry_run": dry_run, "path": str(path)}
         if key:
             line.update(bucket=bucket, key=key)
+        if error is not None:
+            line["error"] = {"type": type(error).__name__, "message": str(error)}
         output.print_line(json.dumps(line), sys.stdout)
     elif not output.quiet:
         what = f"s3://{bucket}/{key} to {path}" if key else str(path)
-        output.print_line(f"{'(dryrun) ' if dry_run else ''}{action}: {what}", sys.stdout)
+        text = f"{'(dryrun) ' if dry_run else ''}{action}: {what}"
+        output.print_line(printable(text), sys.stdout)
 
 
 def _left_alone(output: Output, stale: Stale) -> None:
@@ -162,4 +179,6 @@ def _left_alone(output: Output, stale: Stale) -> None:
         line = {"action": "left-alone", "path": str(stale.path), "reason": stale.kept_because}
         output.print_line(json.dumps(line), sys.stdout)
     else:
-        output.note(f"left alone: {stale.path} ({stale.kept_because})")
+        # The path is a name someone chose; the reason may quote a record's bucket and
+        # key, which came with the file (a tarball's xattrs): shown, never obeyed.
+        output.note(printable(f"left alone: {stale.path} ({stale.kept_because})"))
