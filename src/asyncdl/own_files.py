@@ -31,8 +31,8 @@ def is_ours(st: os.stat_result) -> bool:
     return st.st_uid == os.geteuid() and not st.st_mode & _SHARED
 
 
-def _not_ours(what: str, path: object) -> OSError:
-    return OSError(errno.EPERM, f"{what}: not asyncdl's own (another user's, or shared)", path)
+def _not_ours(path: str) -> OSError:
+    return OSError(errno.EPERM, "not asyncdl's own: another user's, or others may write it", path)
 
 
 def open_dir(parent: Path, name: str, *, create: bool) -> int:
@@ -48,7 +48,7 @@ def open_dir(parent: Path, name: str, *, create: bool) -> int:
     try:
         st = os.fstat(fd)
         if st.st_uid != os.geteuid() or (st.st_mode & _SHARED and not create):
-            raise _not_ours("a directory", str(path))
+            raise _not_ours(str(path))
         if st.st_mode & _SHARED:
             os.fchmod(fd, 0o700)
     except BaseException:
@@ -70,7 +70,7 @@ def open_file(dir_fd: int, name: str, flags: int, *, create: bool = False) -> in
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or not is_ours(st):
-            raise _not_ours("a file", name)
+            raise _not_ours(name)
     except BaseException:
         os.close(fd)
         raise

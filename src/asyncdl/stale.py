@@ -16,6 +16,7 @@ swapped for a link takes the removal nowhere: it stops, reported.
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import stat
 from collections.abc import Callable, Iterator
@@ -25,6 +26,8 @@ from pathlib import Path, PurePosixPath
 from .file_records import EtagStore, Record, is_own_name
 
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+
+logger = logging.getLogger("asyncdl")
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +131,7 @@ def _kept_because(
         return None
     if mine:
         return f"written by asyncdl from s3://{mine[0].bucket}/{mine[0].key}"
-    if all(r.bucket is None or r.key is None or r.path is None for r in records):
+    if all(None in (r.bucket, r.key, r.path, r.root) for r in records):
         return "recorded by an older asyncdl, without its place"
     elsewhere = [r for r in records if r.path != relative or r.root != root]
     if elsewhere:
@@ -160,7 +163,10 @@ def remove_stale(store: EtagStore, stale: Stale) -> None:
         if now is None or _identity(now) != _identity(seen):
             raise OSError(errno.EAGAIN, "changed since it was checked", str(stale.path))
         os.unlink(name, dir_fd=fds[-1])
-        store.forget(stale.path, seen)
+        try:
+            store.forget(stale.path, seen)
+        except OSError as exc:  # the file is gone: what is left to say is a warning
+            logger.warning("could not void the record of %s: %s", stale.path, exc)
         # The directories left empty, from the deepest up; one not empty (or not ours
         # to remove) ends it: the directories above are not empty either.
         for depth in range(len(dirs), 0, -1):
