@@ -166,3 +166,23 @@ def test_what_a_file_left_alone_says_of_where_asyncdl_wrote_it(tmp_path: Path) -
         )
     finally:
         store.close()
+
+
+def test_a_record_without_its_directory_vouches_for_nothing(backend: str, tmp_path: Path) -> None:
+    # As the asyncdl before records named the synced directory wrote it.
+    (tmp_path / "x").write_bytes(b"data")
+    st = (tmp_path / "x").stat()
+    value = {"etag": "e", "size": st.st_size, "mtime_ns": st.st_mtime_ns, "bucket": "b"}
+    value.update(key="x", path="x")
+    if backend == "xattr":
+        os.setxattr(tmp_path / "x", XATTR, json.dumps(value).encode())
+    else:
+        (tmp_path / file_records.SIDECAR_DIR).mkdir(mode=0o700)
+        (tmp_path / file_records.SIDECAR_DIR / "old-1.jsonl").write_text(json.dumps(value) + "\n")
+    store = EtagStore(tmp_path)
+    try:
+        assert store.recorded(tmp_path / "x", st) is None
+        (stale,) = stale_files(store, lambda _: False, lambda _: True, bucket="b", prefix="")
+        assert stale.kept_because == "recorded by an older asyncdl, without its place"
+    finally:
+        store.close()
