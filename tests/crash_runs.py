@@ -294,7 +294,9 @@ class Campaign:
 
     def fail(self, problems: list[str]) -> str:
         replay = f"ASYNCDL_CRASH_SEED={self.seed}"
-        tail = "\n".join(self.history[-12:])
+        # The last runs, and any earlier one that left a temp file behind.
+        earlier = [line for line in self.history[:-12] if "; left " in line]
+        tail = "\n".join([*earlier, *self.history[-12:]])
         return (
             f"seed {self.seed} (replay: {replay}), {self.kills} kills:\n  "
             + "\n  ".join(problems)

@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from asyncdl.testing.tcp_proxy import TcpProxy
+from asyncdl.writer import is_temp_file
 
 from .conftest import CHUNK, payload
 from .crash_runs import (
@@ -127,6 +128,7 @@ def kill_again_and_again(
     span = 1.1 * whole.elapsed
     campaign.note(f"a whole run takes {whole.elapsed:.3f} s")
     finished_last = False
+    seen: set[str] = set()
     for number in range(KILLS):
         if sync and finished_last:
             rewrite_some(objects, rng)
@@ -136,7 +138,10 @@ def kill_again_and_again(
         if not run.killed and run.returncode != 0:
             problems.append(f"run {number} failed (status {run.returncode}): {run.stderr}")
         zeroed = zero_journaled(root, rng) if power_loss else []
-        campaign.note(describe(run, f"; zeroed {zeroed}" if zeroed else ""))
+        temps = {name for name in leftovers(root) if is_temp_file(Path(name).name)}
+        left, seen = sorted(temps - seen), temps
+        extra = (f"; zeroed {zeroed}" if zeroed else "") + (f"; left {left}" if left else "")
+        campaign.note(describe(run, extra))
         assert not problems, campaign.fail(problems)
         finished_last = not run.killed
 
