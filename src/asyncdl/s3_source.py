@@ -12,39 +12,33 @@ from typing import Any, TypeVar
 from botocore.exceptions import ClientError
 
 from .adaptive import Budget
-from .body_reader import spool
 from .checksums import ExpectedChecksum, from_botocore, from_headers
 from .errors import DownloadError, ObjectChangedError, client_error_status
-from .ranges import ByteRange, ContentRange, parse_content_range
+from .get_response import (
+    UNKNOWN_LENGTH,
+    Response,
+    checksum_or_none,
+    length_or_none,
+    normalize_etag,
+    strong_etag,
+)
+from .ranges import ByteRange
 from .request_args import ExtraArgs
-from .signed_get import Fallback, GetTemplate, RawResponse, SignedGets, body_length
+from .signed_get import Fallback, GetTemplate, SignedGets
 from .stats import CLIENT_ERROR, OK, THROTTLED, Counters, outcome
 
+# Where the engine's modules have always found them.
+__all__ = [
+    "UNKNOWN_LENGTH",
+    "ObjectMeta",
+    "RangeNotSatisfiable",
+    "Response",
+    "S3Object",
+    "normalize_etag",
+    "strong_etag",
+]
+
 _T = TypeVar("_T")
-
-
-#: ``Response.content_length`` of an answer that said neither Content-Length nor
-#: Content-Range: its size is known only once its body has ended.
-UNKNOWN_LENGTH = -1
-
-
-def strong_etag(etag: object) -> str | None:
-    """An answer's ETag as a pin for later requests, or ``None``: a weak one (``W/"x"``)
-    never matches by the strong comparison ``If-Match`` uses (RFC 9110 §13.1.1), and
-    names a version only roughly: it pins nothing, as if none was sent."""
-    if not isinstance(etag, str) or not etag or etag.startswith("W/"):
-        return None
-    return etag
-
-
-def normalize_etag(etag: str) -> str | None:
-    """ETags travel quoted; a caller may hand one over bare (as some listings print it).
-    A weak one is ``None``, as one in an answer is (see :func:`strong_etag`)."""
-    if etag.startswith("W/"):
-        return None
-    if etag.startswith('"'):
-        return etag
-    return f'"{etag}"'
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,113 +57,6 @@ class RangeNotSatisfiable(Exception):
         super().__init__(f"416 InvalidRange (ActualObjectSize={actual_size})")
         self.actual_size = actual_size
         self.etag = etag
-
-
-class Response:
-    """An open GET response: its headers, its body, and the slot it holds until closed."""
-
-    __slots__ = (
-        "_release",
-        "body",
-        "checksum",
-        "content_length",
-        "content_range",
-        "etag",
-        "headers",
-        "part_checksum",
-        "parts_count",
-        "status",
-    )
-
-    def __init__(
-        self,
-        *,
-        status: int,
-        etag: str | None,
-        content_length: int | None,
-        content_range: str | None,
-        body: Any,
-        release: Callable[[], None],
-        checksums: Callable[[Any, str | None], ExpectedChecksum | None] | None = None,
-        headers: Any = None,
-        parts_count: int | None = None,
-        http_headers: Mapping[str, str] | None = None,
-    ) -> None:
-        self._release: Callable[[], None] | None = release
-        whole = status == 200 and not content_range
-        # One parse of ``headers`` per response: a whole-object answer carries the
-        # object's checksum; a partial one (a PartNumber GET, or a range that is
-        # exactly one part) its upload part's, read whatever the object's type.
-        found = (
-            _checksum_or_none(checksums, headers, etag if whole else None) if checksums else None
-        )
-        #: S3's full-object checksum, from a whole-object answer only.
-        self.checksum = found if whole else None
-        #: The upload part's checksum (a ``-N`` value would be the object's: not kept).
-        self.part_checksum = (
-            found if not whole and found is not None and not found.composite else None
-        )
-        #: ``x-amz-mp-parts-count``: the object's upload parts, on a PartNumber GET.
-        self.parts_count = parts_count
-        #: The HTTP headers, lower-case names (Content-Type, Last-Modified...).
-        self.headers: Mapping[str, str] = http_headers or {}
-        self.body = body
-        self.status = status
-        self.etag = strong_etag(etag)
-        self.content_range: ContentRange | None = (
-            parse_content_range(content_range) if content_range else None
-        )
-        if content_length is None and self.content_range is not None:
-            content_length = self.content_range.end - self.content_range.start
-        #: The body's length: Content-Length, else the span of Content-Range, else
-        #: ``UNKNOWN_LENGTH`` (a whole object of unknown size: read it to its end).
-        self.content_length = UNKNOWN_LENGTH if content_length is None else content_length
-
-    @classmethod
-    def from_botocore(cls, raw: Mapping[str, Any], release: Callable[[], None]) -> Response:
-        return cls(
-            status=raw["ResponseMetadata"]["HTTPStatusCode"],
-            etag=raw.get("ETag"),
-            content_length=_length_or_none(raw.get("ContentLength")),
-            content_range=raw.get("ContentRange"),
-            body=raw["Body"],
-            release=release,
-            checksums=from_botocore,
-            headers=raw,
-            parts_count=_int_or_none(raw.get("PartsCount")),
-            http_headers=raw["ResponseMetadata"].get("HTTPHeaders"),
-        )
-
-    @classmethod
-    def from_raw(cls, raw: RawResponse, release: Callable[[], None]) -> Response:
-        headers = raw.headers
-        return cls(
-            status=raw.status,
-            etag=headers.get("etag"),
-            content_length=body_length(headers),
-            content_range=headers.get("content-range"),
-            body=raw.body,
-            release=release,
-            checksums=from_headers,
-            headers=headers,
-            parts_count=_int_or_none(headers.get("x-amz-mp-parts-count")),
-            http_headers=headers,
-        )
-
-    async def read_whole(self) -> None:
-        """Make a whole-object answer of unknown length known: its body is read to its
-        end into an unnamed temp file, which it is then read from."""
-        self.body, self.content_length = await spool(self.body)
-
-    def close(self) -> None:
-        """Close the body (an unread body would otherwise leak its pooled connection)
-        and hand the slot back. Idempotent."""
-        release, self._release = self._release, None
-        if release is not None:
-            try:
-                self.body.close()
-            finally:
-                release()
 
 
 class S3Object:
@@ -245,13 +132,13 @@ class S3Object:
             return await self._redirected(template, self._head_object(if_match))
         headers = raw.headers
         etag = strong_etag(headers.get("etag"))
-        size = _length_or_none(headers.get("content-length"))
+        size = length_or_none(headers.get("content-length"))
         if size is None:
             raise self.error("the HEAD answer has no valid Content-Length")
         return ObjectMeta(
             size=size,
             etag=etag,
-            checksum=_checksum_or_none(from_headers, headers, etag),
+            checksum=checksum_or_none(from_headers, headers, etag),
             headers=headers,
         )
 
@@ -269,13 +156,13 @@ class S3Object:
             params["IfMatch"] = if_match
         raw = await self._call(self._client.head_object, params)
         etag = strong_etag(raw.get("ETag"))
-        size = _length_or_none(raw.get("ContentLength"))
+        size = length_or_none(raw.get("ContentLength"))
         if size is None:
             raise self.error("the HEAD answer has no valid Content-Length")
         return ObjectMeta(
             size=size,
             etag=etag,
-            checksum=_checksum_or_none(from_botocore, raw, etag),
+            checksum=checksum_or_none(from_botocore, raw, etag),
             headers=raw["ResponseMetadata"].get("HTTPHeaders", {}),
         )
 
@@ -296,7 +183,7 @@ class S3Object:
                 actual = error.get("ActualObjectSize")
                 headers = exc.response.get("ResponseMetadata", {}).get("HTTPHeaders", {})
                 raise RangeNotSatisfiable(
-                    _length_or_none(actual), strong_etag(headers.get("etag"))
+                    length_or_none(actual), strong_etag(headers.get("etag"))
                 ) from exc
             raise
         except BaseException as exc:
@@ -326,14 +213,23 @@ class S3Object:
         return self._pinned(response, if_match)
 
     def _pinned(self, response: Response, if_match: str | None) -> Response:
-        if if_match is not None and response.etag is not None and response.etag != if_match:
-            # A server that ignores If-Match would otherwise mix two versions in one file.
-            response.close()
+        """A pinned answer must name the pinned version: a server that ignores If-Match
+        would otherwise mix two versions in one file. Its tag is compared whether weak
+        or strong (``W/"v2"`` is not ``"v1"``), and an answer with no ETag cannot be
+        told to be that version (S3 always sends one): both are a changed object."""
+        if if_match is None or response.tag == if_match:
+            return response
+        response.close()
+        if response.tag is None:
             raise self.error(
-                f"ETag changed from {if_match} to {response.etag} during the download",
+                f"the answer to a request pinned to ETag {if_match} has no ETag: "
+                "it cannot be told to be the same version",
                 ObjectChangedError,
             )
-        return response
+        raise self.error(
+            f"ETag changed from {if_match} to {response.tag} during the download",
+            ObjectChangedError,
+        )
 
     async def _send(
         self,
@@ -411,32 +307,3 @@ class S3Object:
             raise self.error(f"server sent {exc}") from exc
         self.counts.gets[OK] += 1
         return response
-
-
-def _checksum_or_none(
-    parse: Callable[[Any, str | None], ExpectedChecksum | None], source: Any, etag: str | None
-) -> ExpectedChecksum | None:
-    # A malformed checksum header is the server's problem, not a reason to fail the
-    # download: it leaves the object unverified (and validate="required" says so).
-    try:
-        return parse(source, etag)
-    except ValueError:
-        return None
-
-
-def _length_or_none(value: Any) -> int | None:
-    """A length (an int from botocore, or text): ``None`` when absent or not a plain
-    non-negative decimal."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value if value >= 0 else None
-    try:
-        return body_length({"content-length": value}) if isinstance(value, str) else None
-    except ValueError:
-        return None
-
-
-def _int_or_none(value: Any) -> int | None:
-    try:
-        return int(value) if value is not None else None
-    except (TypeError, ValueError):
-        return None

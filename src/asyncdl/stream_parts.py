@@ -1,18 +1,22 @@
-"""A stream's parts, fetched ahead of its reader: each part into a queue of its own,
-at most ``prefetch`` of them in flight or waiting, yielded in order (``streaming``
-opens the stream and hands its first answer here)."""
+"""What reads an opened stream (``streaming`` opens it and hands its first answer
+here): its parts, fetched ahead of its reader, each into a queue of its own, at
+most ``prefetch`` of them in flight or waiting, yielded in order; or a slice of one
+answer's body (a server that ignored Range, or sent more than was asked)."""
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
+from .bandwidth import TokenBucket
 from .context import Context
+from .errors import DownloadError
 from .parts import fetch_into
 from .ranges import plan_ranges
 from .s3_source import Response, S3Object
+from .stats import Counters
 
 _END = object()
 
@@ -116,3 +120,52 @@ def _launch(
         sink.queue.put_nowait(_END)
 
     return sink, asyncio.create_task(run())
+
+
+async def read_nothing(first: Response | None) -> AsyncGenerator[bytes]:
+    return
+    yield  # pragma: no cover - makes this an async generator
+
+
+async def read_slice(
+    first: Response | None,
+    *,
+    start: int,
+    end: int | None,
+    bandwidth: TokenBucket | None,
+    counters: Counters,
+    error: Callable[[str], DownloadError],
+    ended: Callable[[int], None] | None = None,
+    base: int = 0,
+) -> AsyncGenerator[bytes]:
+    """Bytes ``[start, end)`` of a body, counted from its first byte (the object's
+    first, when the server ignored Range), read within the engine's ``bandwidth``;
+    what is yielded is counted in the engine's stats as the parts' bytes are.
+    ``base``: the object's offset of the body's first byte, for messages.
+    ``end=None``: to the end of the body, whose length ``ended`` is told.
+
+    Unless ``ended`` is given (a body of unknown length, which may end before ``end``),
+    a body that ends before ``end`` is short of what its answer announced (a
+    Content-Length or Content-Range that lied, a close that cut a body without a
+    length): a failure, never the normal end of a stream."""
+    assert first is not None
+    position = 0
+    try:
+        while piece := await first.body.read(1024 * 1024):
+            low = max(start - position, 0)
+            high = len(piece) if end is None else min(len(piece), end - position)
+            position += len(piece)
+            if bandwidth is not None:
+                await bandwidth.take(len(piece))
+            if low < high:
+                counters.bytes += high - low
+                yield piece[low:high]
+            if end is not None and position >= end:
+                break
+        else:
+            if ended is not None:
+                ended(position)
+            elif end is not None:
+                raise error(f"body ended at byte {base + position}, expected {base + end}")
+    finally:
+        first.close()

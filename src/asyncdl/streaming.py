@@ -31,7 +31,6 @@ import contextlib
 from collections.abc import AsyncGenerator, Callable, Mapping
 from functools import partial
 
-from .bandwidth import TokenBucket
 from .checksums import ExpectedChecksum
 from .config import MAX_CHUNK_SIZE, MIN_CHUNK_SIZE, is_int_at_least
 from .context import Context
@@ -41,8 +40,7 @@ from .ranges import ByteRange, ContentRange
 from .request_args import ExtraArgs, check_bucket_and_key, check_extra_args
 from .retry import after_failure
 from .s3_source import UNKNOWN_LENGTH, RangeNotSatisfiable, Response
-from .stats import Counters
-from .stream_parts import prefetch_parts
+from .stream_parts import prefetch_parts, read_nothing, read_slice
 from .stream_verify import StreamVerifier
 from .url_source import check_url
 
@@ -270,7 +268,7 @@ class ObjectStream:
         if end == start:
             self.length = 0
             self._answered(stop=start, held=True)
-            return _nothing
+            return read_nothing
         chunk = self._chunk_size
         first_end = start + chunk if end is None else min(end, start + chunk)
         self._checker.before_first_get(start)
@@ -282,7 +280,7 @@ class ObjectStream:
                 self.size, self.etag, self.length = exc.actual_size, exc.etag, 0
                 # An empty object, or a range that starts at its end.
                 self._answered(stop=start, held=True)
-                return _nothing
+                return read_nothing
             raise
         # Owned from here (no await in between): aclose() or collection releases it.
         self._first, self._loop = first, asyncio.get_running_loop()
@@ -298,9 +296,14 @@ class ObjectStream:
             self._answered(stop=stop, held=True, checksum=first.checksum)
             if self.length == 0:
                 self._release_first()  # no need to read the whole body for nothing
-                return _nothing
+                return read_nothing
             return partial(
-                _slice, start=start, end=stop, bandwidth=ctx.bandwidth, counters=ctx.counters
+                read_slice,
+                start=start,
+                end=stop,
+                bandwidth=ctx.bandwidth,
+                counters=ctx.counters,
+                error=obj.error,
             )
         content_range = first.content_range
         if content_range is None or content_range.start != start:
@@ -311,7 +314,7 @@ class ObjectStream:
             self._release_first()
             self.length = 0
             self._answered(stop=0, held=True)
-            return _nothing
+            return read_nothing
         stop = self.size if end is None else min(end, self.size)
         self.length = stop - start
         if content_range.end > first_end:
@@ -324,7 +327,13 @@ class ObjectStream:
             self._answered(stop=stop, held=True)
             # The body starts at ``start``.
             return partial(
-                _slice, start=0, end=stop - start, bandwidth=ctx.bandwidth, counters=ctx.counters
+                read_slice,
+                start=0,
+                end=stop - start,
+                bandwidth=ctx.bandwidth,
+                counters=ctx.counters,
+                error=obj.error,
+                base=start,
             )
         self._answered(stop=stop, held=stop <= content_range.end)
         if first.etag is None and stop > content_range.end:
@@ -358,11 +367,12 @@ class ObjectStream:
             checksum=first.checksum,
         )
         return partial(
-            _slice,
+            read_slice,
             start=start,
             end=end,
             bandwidth=self._ctx.bandwidth,
             counters=self._ctx.counters,
+            error=self._obj.error,
             ended=self._ended,
         )
 
@@ -388,42 +398,3 @@ class ObjectStream:
                 f"start {self._start} is past the end of the {size}-byte object",
                 InvalidRequestError,
             ) from None
-
-
-async def _nothing(first: Response | None) -> AsyncGenerator[bytes]:
-    return
-    yield  # pragma: no cover - makes this an async generator
-
-
-async def _slice(
-    first: Response | None,
-    *,
-    start: int,
-    end: int | None,
-    bandwidth: TokenBucket | None,
-    counters: Counters,
-    ended: Callable[[int], None] | None = None,
-) -> AsyncGenerator[bytes]:
-    """Bytes ``[start, end)`` of a body, counted from its first byte (the object's
-    first, when the server ignored Range), read within the engine's ``bandwidth``;
-    what is yielded is counted in the engine's stats as the parts' bytes are.
-    ``end=None``: to the end of the body, whose length ``ended`` is told."""
-    assert first is not None
-    position = 0
-    try:
-        while piece := await first.body.read(1024 * 1024):
-            low = max(start - position, 0)
-            high = len(piece) if end is None else min(len(piece), end - position)
-            position += len(piece)
-            if bandwidth is not None:
-                await bandwidth.take(len(piece))
-            if low < high:
-                counters.bytes += high - low
-                yield piece[low:high]
-            if end is not None and position >= end:
-                break
-        else:
-            if ended is not None:
-                ended(position)
-    finally:
-        first.close()
