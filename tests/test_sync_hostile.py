@@ -16,7 +16,7 @@ from click.testing import CliRunner, Result
 
 from asyncdl.cli import cli
 from asyncdl.file_records import RUN_JOURNAL_DIR, SIDECAR_DIR, XATTR
-from asyncdl.testing.tcp_proxy import TcpProxy
+from asyncdl.testing.tcp_proxy import Fault, TcpProxy
 
 #: Another user's id: the tests run as root, which may give a file away.
 OTHER_UID = 1001
@@ -163,3 +163,27 @@ def test_a_file_it_cannot_delete_has_its_json_line(
     assert error["message"].startswith(f"cannot delete {data / 'a'}: "), error
     assert (data / "a").exists()
     assert result.stderr.splitlines()[-1] == "could not delete 1 file"
+
+
+def test_keys_with_terminal_escapes_are_shown_escaped_in_every_line(
+    s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path
+) -> None:
+    # A bucket's keys are anyone's choosing who may write to it: a key with a carriage
+    # return or escapes would rewrite the terminal (moto's server takes no newline).
+    key = f"p/a{ESCAPES}b"
+    s3.put_object(Bucket=bucket, Key=key, Body=b"x")
+    s3.put_object(Bucket=bucket, Key=f"p/gone{ESCAPES}", Body=b"y")
+    proxy.rule = lambda r: (
+        Fault(status=403, error_code="AccessDenied") if "gone" in r.path else None
+    )
+    result = CliRunner().invoke(
+        cli, ["cp", "-r", "--endpoint-url", proxy.url, f"s3://{bucket}/p", str(tmp_path / "d")]
+    )
+    assert result.exit_code == 1, result.output
+    for char in "\x1b\x07\r\x9b":
+        assert char not in result.output
+    shown = "\\x1b]0;owned\\x07\\x1b[2K\\rerror: credentials expired\\x1b[8m\\x9b"
+    (line,) = result.stdout.splitlines()  # one object downloaded, one line
+    assert line.startswith(f"download: s3://{bucket}/p/a{shown}b to "), line
+    assert (tmp_path / "d" / f"a{ESCAPES}b").read_bytes() == b"x"  # the file as named
+    assert f"error: s3://{bucket}/p/gone{shown}: access denied" in result.stderr

@@ -93,7 +93,7 @@ def print_error(error: BaseException, *, debug: bool) -> None:
     """``error: <message>`` on one line; with ``--debug``, the traceback and its causes."""
     if debug:
         click.echo("".join(traceback.format_exception(error)).rstrip(), err=True)
-    click.echo(f"error: {error}", err=True)
+    click.echo(printable(f"error: {error}"), err=True)
 
 
 class Output:
@@ -164,7 +164,8 @@ class Output:
             resumed = ""
             if result.reused_bytes:
                 resumed = f" (resumed: {mib(result.reused_bytes)} were already here)"
-            self.print_line(f"download: {where} to {result.path}{resumed}", sys.stdout)
+            line = f"download: {where} to {result.path}{resumed}"
+            self.print_line(printable(line), sys.stdout)
         if result.partial_discarded is not None and not self.json_lines:
             self.note(f"note: {shown(result)}: {result.partial_discarded}")
         self.count(result.error)
@@ -205,7 +206,7 @@ class Output:
         # Through the bar (stderr), so the line lands above it.
         if self.debug:
             self._bar.out("".join(traceback.format_exception(error)).rstrip())
-        self._bar.out(f"error: {error}")
+        self._bar.out(printable(f"error: {error}"))
 
     def stats(self, stats: EngineStats) -> None:
         """``--debug``: what the engine did, printed last by :meth:`summary`."""
@@ -214,7 +215,7 @@ class Output:
     def note(self, text: str) -> None:
         """A remark for the person at the terminal (stderr; silenced by ``--quiet``)."""
         if not self.quiet:
-            self.print_line(text, sys.stderr)
+            self.print_line(printable(text), sys.stderr)
 
     def print_line(self, text: str, stream: IO[str]) -> None:
         """``text`` on ``stream``; on a stdout whose reader went away, ``ReaderGone``."""
