@@ -68,3 +68,43 @@ def test_no_journal_no_work(tmp_path: Path) -> None:
     assert _sweep.sweep(str(tmp_path), None) == 0
     assert _sweep.sweep(str(tmp_path / "missing"), RUN) == 0
     assert sorted(os.listdir(tmp_path)) == ["a"]
+
+
+def test_a_journal_planted_as_a_fifo_or_a_link_is_not_read(tmp_path: Path) -> None:
+    dest = tmp_path / "dest"
+    _sweep.record_dirs(dest, RUN, [dest / "a"])
+    mine = touch(dest / "a" / f".x.{RUN}-0123abcd.asyncdl-tmp")
+    journals = dest / _sweep.JOURNAL_DIR
+    # A FIFO under another run's name would hold the sweep forever; a link, lead it to a
+    # file of someone else's choosing.
+    os.mkfifo(journals / f"{OTHER}.host-1{_sweep._SUFFIX}")
+    elsewhere = touch(tmp_path / "list")
+    os.symlink(elsewhere, journals / f"{OTHER}.host-2{_sweep._SUFFIX}")
+    assert _sweep.sweep(str(dest), None) == 1  # in time: pytest's timeout would end a wait
+    assert not mine.exists()
+    assert elsewhere.exists()
+
+
+def test_journals_not_ours_alone_lead_nowhere(tmp_path: Path) -> None:
+    # In a shared destination anyone may plant a journal naming a directory: a run's
+    # temp files there are swept only on the word of a journal this user wrote.
+    dest = tmp_path / "dest"
+    _sweep.record_dirs(dest, RUN, [dest / "a"])
+    journal = next((dest / _sweep.JOURNAL_DIR).iterdir())
+    planted = journal.with_name(f"{RUN}.elsewhere-9{_sweep._SUFFIX}")
+    planted.write_text('"b"\n')
+    planted.chmod(0o666)  # anyone's to write
+    theirs = touch(dest / "b" / f".x.{RUN}-0123abcd.asyncdl-tmp")
+    assert _sweep.sweep(str(dest), RUN) == 0
+    assert theirs.exists()
+
+
+def test_a_journaled_directory_that_is_a_link_out_of_dest_dir_is_not_swept(
+    tmp_path: Path,
+) -> None:
+    dest = tmp_path / "dest"
+    _sweep.record_dirs(dest, RUN, [dest / "a"])
+    outside = touch(tmp_path / "out" / f".x.{RUN}-0123abcd.asyncdl-tmp")
+    os.symlink(tmp_path / "out", dest / "a")  # made after the run wrote its journal
+    assert _sweep.sweep(str(dest), RUN) == 0
+    assert outside.exists()

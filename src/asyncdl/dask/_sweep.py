@@ -43,6 +43,10 @@ from ..writer import is_temp_file
 #: files, which no key may take).
 JOURNAL_DIR = RUN_JOURNAL_DIR
 _SUFFIX = ".dirs"
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+#: A journal line is one directory's name; the journals of a run are read up to this.
+_LONGEST_LINE = 64 * 1024
+_JOURNALS_READ = 256 * 1024 * 1024
 _RUN = re.compile(r"[0-9a-f]+")
 _lock = threading.Lock()
 
@@ -112,55 +116,91 @@ def record_dirs(dest: Path, run_id: str, dirs: Iterable[Path]) -> None:
 
 def sweep(dest_dir: str, run_id: str | None) -> int:
     """Remove the temp files run ``run_id`` left under ``dest_dir`` (with ``None``:
-    every run journaled there), then its journals; return how many files went."""
-    journals = os.path.join(dest_dir, JOURNAL_DIR)
+    every run journaled there), then its journals; return how many files went.
+
+    Only journals this user alone may write are read (the destination may be shared:
+    anyone could plant one), never through a link nor from a FIFO; a directory one
+    names is entered from ``dest_dir`` down without following a link."""
     try:
-        names = os.listdir(journals)
+        journals = own_files.open_dir(Path(dest_dir), JOURNAL_DIR, create=False)
     except OSError:
         return 0
-    read: list[str] = []
-    dirs_of: dict[str, set[str]] = {}
-    for name in names:
-        run = name.split(".", 1)[0]
-        if not name.endswith(_SUFFIX) or not _RUN.fullmatch(run):
-            continue
-        if run_id is not None and run != run_id:
-            continue
-        read.append(name)
-        dirs_of.setdefault(run, set()).update(_journaled(os.path.join(journals, name)))
-    removed = 0
-    for run, dirs in dirs_of.items():
-        for relative in dirs:
-            directory = os.path.join(dest_dir, relative)
-            try:
-                entries = os.listdir(directory)
-            except OSError:
-                continue  # never created, or gone since
-            for entry in entries:
-                if is_temp_file(entry, run=run):
-                    with contextlib.suppress(OSError):
-                        os.unlink(os.path.join(directory, entry))
-                        removed += 1
-    for name in read:
-        with contextlib.suppress(OSError):
-            os.unlink(os.path.join(journals, name))
+    try:
+        read: list[str] = []
+        dirs_of: dict[str, set[str]] = {}
+        budget = [_JOURNALS_READ]
+        for name in os.listdir(journals):
+            run = name.split(".", 1)[0]
+            if not name.endswith(_SUFFIX) or not _RUN.fullmatch(run):
+                continue
+            if run_id is not None and run != run_id:
+                continue
+            dirs = _journaled(journals, name, budget)
+            if dirs is not None:
+                read.append(name)
+                dirs_of.setdefault(run, set()).update(dirs)
+        removed = sum(
+            _remove_temp_files(dest_dir, relative, run)
+            for run, dirs in dirs_of.items()
+            for relative in dirs
+        )
+        for name in read:
+            with contextlib.suppress(OSError):
+                os.unlink(name, dir_fd=journals)
+    finally:
+        os.close(journals)
     with contextlib.suppress(OSError):
-        os.rmdir(journals)  # only if no other run's journal is left
+        os.rmdir(os.path.join(dest_dir, JOURNAL_DIR))  # only if no other run's is left
     return removed
 
 
-def _journaled(path: str) -> set[str]:
-    """The directories a journal names, relative to ``dest_dir``; nothing outside it."""
+def _remove_temp_files(dest_dir: str, relative: str, run: str) -> int:
+    """Remove run ``run``'s temp files in ``dest_dir/relative``, reached one directory
+    at a time without following a link (one made there since leads nowhere)."""
+    try:
+        fd = os.open(dest_dir, _DIR_FLAGS)
+    except OSError:
+        return 0
+    try:
+        for part in PurePosixPath(relative).parts:
+            try:
+                inner = os.open(part, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=fd)
+            except OSError:
+                return 0  # never created, gone since, or not a directory of its own
+            os.close(fd)
+            fd = inner
+        removed = 0
+        for entry in os.listdir(fd):
+            if is_temp_file(entry, run=run):
+                with contextlib.suppress(OSError):
+                    os.unlink(entry, dir_fd=fd)
+                    removed += 1
+        return removed
+    finally:
+        os.close(fd)
+
+
+def _journaled(journals: int, name: str, budget: list[int]) -> set[str] | None:
+    """The directories a journal names, relative to ``dest_dir`` (nothing outside it);
+    ``None`` if the journal is not ours to read."""
+    try:
+        fd = own_files.open_file(journals, name, os.O_RDONLY)
+    except OSError:
+        return None
     found: set[str] = set()
-    with contextlib.suppress(OSError), open(path, encoding="utf-8") as lines:
-        for line in lines:
+    try:
+        for line in own_files.lines_of(fd, longest=_LONGEST_LINE, budget=budget):
             try:
                 relative = json.loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):
                 continue  # a line its process was still writing when killed
             if not isinstance(relative, str):
                 continue
             pure = PurePosixPath(relative)
             if not pure.is_absolute() and ".." not in pure.parts:
-                found.add(os.path.join(*pure.parts) if pure.parts else ".")
+                found.add(pure.as_posix())
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
     return found
