@@ -8,6 +8,7 @@ import contextlib
 import os
 import shutil
 import subprocess
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -264,4 +265,41 @@ async def test_a_partial_that_reads_back_as_zeros_is_discarded_and_says_why(
     assert result.partial_discarded is not None
     assert "did not read back" in result.partial_discarded
     assert covered(fetched(proxy.requests), 0, SIZE)
+    assert leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("algorithm", ["CRC64NVME", "CRC32C"])
+async def test_every_recorded_crc_of_a_reused_range_is_checked(
+    client: Any,
+    config: asyncdl.TransferConfig,
+    s3: Any,
+    bucket: str,
+    proxy: TcpProxy,
+    tmp_path: Path,
+    algorithm: str,
+) -> None:
+    """A range zeroed on disk whose line's CRC32 says zeros while its other CRC (the
+    one the end-to-end check uses) is of the object's bytes: the range is read back
+    against every CRC recorded, so it is fetched again, never reused unchecked."""
+    data = payload(SIZE)
+    s3.put_object(Bucket=bucket, Key="k", Body=data, ChecksumAlgorithm=algorithm)
+    target = tmp_path / "k"
+    await interrupted(client, resumable(config), proxy, bucket, target)
+    found = partial_paths.lookup(target, RuntimeError)
+    assert found is not None
+    assert found.header is not None
+    index = next(i for i, (_, _, crcs) in enumerate(found.ranges) if algorithm in crcs)
+    start, end, crcs = found.ranges[index]
+    partial, path = partial_paths.paths_for(target)
+    with partial.open("r+b") as file:
+        file.seek(start)
+        file.write(bytes(end - start))
+    ranges = list(found.ranges)
+    ranges[index] = (start, end, {**crcs, "CRC32": zlib.crc32(bytes(end - start))})
+    path.write_bytes(journal.content(found.header, ranges, fsync=False))
+    async with asyncdl.Engine(client, config=resumable(config)) as engine:
+        result = await engine.download(bucket, "k", target)
+    assert target.read_bytes() == data, "a range was reused on its CRC32 alone"
+    assert result.verified
+    assert covered(fetched(proxy.requests), start, end)
     assert leftovers(tmp_path) == []

@@ -203,3 +203,18 @@ async def test_a_compacted_journal_stays_locked(
     assert result.ok
     assert target.read_bytes() == data
     assert leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "value"),
+    [("CRC64NVME", 1 << 64), ("CRC32", 1 << 32), ("CRC32C", 1 << 32), ("CRC32", 1 << 200)],
+)
+def test_a_crc_wider_than_its_algorithm_is_a_damaged_journal(algorithm: str, value: int) -> None:
+    """Else awscrt's combine raises ValueError at every attempt, and the partial stays."""
+    header = journal.Header("b", "k", None, '"e"', 100, "k")
+    lines = [(0, 10, {algorithm: value}), (10, 20, {algorithm: 1})]
+    found = journal.parse(journal.content(header, lines, fsync=False))
+    assert found.damaged is not None, found
+    assert "CRC" in found.damaged
+    widest = journal.parse(journal.content(header, [(0, 10, {algorithm: value - 1})], fsync=False))
+    assert widest.damaged is None or value > 1 << 64

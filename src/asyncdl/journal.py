@@ -52,6 +52,8 @@ MAX_RANGES = 1 << 20
 #: Internal: tests lower it.
 COMPACT_AT = 1024 * 1024
 _READ_SIZE = 1024 * 1024
+#: Bits of a CRC, by algorithm: a wider value is no CRC (and awscrt's combine refuses it).
+_WIDTH = {"CRC64NVME": 64}
 #: CRC combine math, by algorithm (awscrt's, as ``checksums.CrcCombiner`` uses).
 _COMBINE: dict[str, Callable[[int, int, int], int]] = {
     "CRC32": crt.combine_crc32,
@@ -157,7 +159,10 @@ def _range_of(value: Any, size: int) -> Recorded:
     start, end, crcs = value
     if not (type(start) is int and type(end) is int and 0 <= start < end <= size):
         raise Corrupt(f"the journal records bytes [{start}, {end}) of a {size}-byte object")
-    if not all(a in CRC_ALGORITHMS and type(c) is int and c >= 0 for a, c in crcs.items()):
+    if not all(
+        a in CRC_ALGORITHMS and type(c) is int and 0 <= c < 1 << _WIDTH.get(a, 32)
+        for a, c in crcs.items()
+    ):
         raise Corrupt("a line of the journal holds a CRC of the wrong form")
     return start, end, crcs
 

@@ -11,12 +11,21 @@ recorded range is read back and checked against its CRCs first, and one that doe
 not match is fetched again (a power loss leaves preallocated extents reading back as
 zeros while the journal, written later, survived).
 
-Compacting the journal (see ``journal``) writes the new one under a fresh name
-(``O_EXCL``), takes its lock, syncs it with ``fsync=True``, and renames it over the
+Compacting the journal (see ``journal``) writes the new one under a name of its own
+(``partial_paths.compaction_path``: what a kill left there removed, then ``O_EXCL``),
+takes its lock, syncs it with ``fsync=True``, and renames it over the
 old one; only then is the old descriptor (and its lock) let go. The lock lives on
 the file, not the name: whoever opened the old file and then got its lock finds the
 name no longer names it (the check in ``partial_paths.open_locked``) and tries again,
 finding the new file locked. There is no moment the name names an unlocked journal.
+A fresh journal (no partial adopted) is made the same way: a file at the journal's
+name is never emptied and written in place (a hard link planted there since it was
+opened would be written through).
+
+Both files are made ``0o600`` (``partial_paths``: only a file of this user alone is
+trusted, and under a umask such as ``002`` a partial made ``0o666`` would be the
+group's to write too). A published partial gets the mode any new file gets there
+(``0o666`` less the umask), or the replaced target's, as a temp file does.
 
 Their names, safe opening, the lock, and looking at them from outside a download
 are in :mod:`asyncdl.partial_paths`."""
@@ -44,17 +53,20 @@ from .partial_paths import (
     PARTIAL_FLAGS,
     Busy,
     NotRegular,
+    Unusable,
+    compaction_path,
     lock,
     open_locked,
     open_regular,
     paths_for,
+    remove_name,
 )
 from .writer import (
     TempFile,
     _Discarded,
     _fsync_directory,
+    _mode_of,
     preallocate,
-    temp_path_for,
 )
 
 _READ_SIZE = 1024 * 1024
@@ -161,52 +173,56 @@ class PartialFile(TempFile):
         return fd
 
     def _checked(self, fd: int, ranges: list[Recorded]) -> list[Recorded]:
-        """The ranges whose bytes, read back from the partial, match a CRC the journal
-        records of them (CRC32 by preference: the cheapest to compute)."""
-        kept: list[Recorded] = []
-        for start, end, crcs in ranges:
-            algorithm = "CRC32" if "CRC32" in crcs else next(iter(sorted(crcs)), None)
-            if (
-                algorithm in CRC_ALGORITHMS
-                and self._crc_of_file(fd, algorithm, start, end) == (crcs[algorithm])
-            ):
-                kept.append((start, end, crcs))
-        return kept
+        """The ranges whose bytes, read back from the partial, match every CRC the
+        journal records of them (each of them may feed the end-to-end check)."""
+        return [
+            (start, end, crcs)
+            for start, end, crcs in ranges
+            if crcs
+            and all(name in CRC_ALGORITHMS for name in crcs)
+            and self._crcs_of_file(fd, sorted(crcs), start, end) == crcs
+        ]
 
-    def _crc_of_file(self, fd: int, algorithm: str, start: int, end: int) -> int | None:
-        update, crc, offset = crc_function(algorithm), 0, start
+    def _crcs_of_file(
+        self, fd: int, algorithms: list[str], start: int, end: int
+    ) -> dict[str, int] | None:
+        """The CRCs of bytes ``[start, end)`` of the file, by algorithm, in one pass."""
+        updates = [crc_function(name) for name in algorithms]
+        values, offset = [0] * len(updates), start
         while offset < end:
             if self._closed:
                 raise _Discarded  # a cancelled download stops reading a large partial
             block = os.pread(fd, min(_READ_SIZE, end - offset), offset)
             if not block:
                 return None
-            crc = update(block, crc)
+            values = [update(block, value) for update, value in zip(updates, values, strict=True)]
             offset += len(block)
-        return crc
+        return dict(zip(algorithms, values, strict=True))
 
     def _fresh(self) -> int:
-        # The journal is emptied first: bytes left in the partial then mean nothing.
-        os.ftruncate(self._journal_fd, 0)
-        line = self.header.line(fsync=self._fsync)
-        os.write(self._journal_fd, line)
-        self._journal_size = len(line)
+        # A journal of the header alone first: bytes left in the partial then mean
+        # nothing. A new file renamed over the name, never the file there emptied.
+        self._replace_journal(self.header.line(fsync=self._fsync))
         # Whatever is at the partial's name goes (an old partial, or a link planted
         # there: the link, not what it points to): the partial is always made anew.
-        for _ in range(8):
+        try:
+            for _ in range(8):
+                remove_name(self.files[0])
+                try:
+                    fd = os.open(self.files[0], PARTIAL_FLAGS | os.O_CREAT | os.O_EXCL, 0o600)
+                    break
+                except FileExistsError:
+                    continue
+            else:
+                path = str(self.files[0])
+                raise FileExistsError(errno.EEXIST, "the partial keeps being made", path)
+        except Unusable:
+            # Nothing left behind: the journal (ours, locked) is of no partial.
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.files[0])
-            try:
-                fd = os.open(self.files[0], PARTIAL_FLAGS | os.O_CREAT | os.O_EXCL, 0o666)
-                break
-            except FileExistsError:
-                continue
-        else:
-            raise FileExistsError(errno.EEXIST, "the partial keeps being made", str(self.files[0]))
+                os.unlink(self.files[1])
+            raise
         try:
             preallocate(fd, self.size)
-            if self._fsync:
-                os.fsync(self._journal_fd)
         except BaseException:
             os.close(fd)
             raise
@@ -292,17 +308,22 @@ class PartialFile(TempFile):
         """Replace the journal with ``content``, atomically, its lock held throughout:
         see the module's note."""
         path = self.files[1]
+        temp = compaction_path(path)
         for _ in range(8):
-            temp = temp_path_for(path)
+            # Only the holder of the journal's lock writes there: what is there is a
+            # killed compaction's (or planted), removed.
+            remove_name(temp)
             try:
-                fd = os.open(temp, JOURNAL_FLAGS | os.O_CREAT | os.O_EXCL, 0o666)
+                fd = os.open(temp, JOURNAL_FLAGS | os.O_CREAT | os.O_EXCL, 0o600)
                 break
             except FileExistsError:
                 continue
         else:
-            raise FileExistsError(errno.EEXIST, "no unique temp name", str(path))
+            raise FileExistsError(
+                errno.EEXIST, "the journal's new file keeps being made", str(temp)
+            )
         try:
-            lock(fd, self._busy, shared=False)  # a fresh name: nobody else holds it
+            lock(fd, self._busy, shared=False)  # a fresh file: nobody else holds it
             view = memoryview(content)
             while view:
                 view = view[os.write(fd, view) :]
@@ -322,6 +343,10 @@ class PartialFile(TempFile):
         self._compact_at = max(journal.COMPACT_AT, 2 * len(content))
 
     def _replace(self) -> None:
+        if self._journal_fd >= 0 and self._fd >= 0 and _mode_of(self.target) is None:
+            # Made 0o600; published, it gets the mode a new file gets (an existing
+            # target's is kept by TempFile).
+            os.fchmod(self._fd, 0o666 & ~_umask())
         super()._replace()
         if self._journal_fd >= 0:
             with contextlib.suppress(FileNotFoundError):
@@ -356,6 +381,21 @@ class PartialFile(TempFile):
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(_RELEASE_WAIT):
                     await self._unlocked.wait()
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it where Linux shows it (changing it
+    is process-wide: a file another thread makes meanwhile would get the wrong mode)."""
+    with (
+        contextlib.suppress(OSError, ValueError, IndexError),
+        open("/proc/self/status", "rb") as status,
+    ):
+        for line in status:
+            if line.startswith(b"Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o077)  # meanwhile, a file made elsewhere is made more private
+    os.umask(mask)
+    return mask
 
 
 def _datasync(fd: int) -> None:

@@ -3,11 +3,17 @@
 names, opening them safely, the journal's lock, and looking at or removing them from
 outside a download (``lookup``, ``peek``, ``remove``: ``resume``, ``asyncdl clean``).
 
-Planted files: the partial and the journal are opened with ``O_NOFOLLOW``, and must be
-regular files; the partial is created with ``O_EXCL`` (what was at its name removed
-first), the journal too when there is none. A symbolic link (or any other non-regular
-file) at either name is not one asyncdl made: it is removed (the link, never what it
-points to) and the download starts fresh, ``partial_discarded`` saying why.
+Planted files: the partial and the journal are opened with ``O_NOFOLLOW``, and are
+asyncdl's only if they are regular files of this process's user alone (``own_files``:
+owned by the effective uid, not writable by the group or others) with no other name
+(``st_nlink == 1``: a hard link's other name is someone else's file). They are made
+``0o600``, with ``O_EXCL`` (what was at the name removed first), and a journal is
+never emptied in place: a fresh one is renamed over it. Anything else at either name
+(a symbolic or hard link, a FIFO, another user's file, one others may write) is not
+one asyncdl made: its name is removed (never what it points to), its content never
+trusted (nor its journal's ``fsync``), and the download starts fresh,
+``partial_discarded`` saying why. A name that cannot be removed (a directory, or a
+file this user may not remove) is an error saying which, and nothing is made.
 
 The download holds ``flock(LOCK_EX | LOCK_NB)`` on the journal from when it opens the
 partial until it publishes or fails (no lock where ``fcntl`` is missing: Windows);
@@ -18,7 +24,6 @@ the few microseconds it reads, on a descriptor opened read-only.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import hashlib
 import os
@@ -29,6 +34,7 @@ from pathlib import Path
 
 from . import journal
 from .journal import Found
+from .own_files import is_ours
 from .writer import cut_name
 
 try:
@@ -38,6 +44,9 @@ except ImportError:  # pragma: no cover - Windows
 
 PARTIAL_SUFFIX = ".asyncdl-partial"
 JOURNAL_SUFFIX = ".asyncdl-journal"
+#: A compacted (or fresh) journal's name until it is renamed over the journal: a temp
+#: file's suffix (``writer.is_temp_file``), so that ``asyncdl clean`` knows it.
+_COMPACTING_SUFFIX = ".asyncdl-tmp"
 _NAME_MAX = 255
 _HASH = 8
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -69,27 +78,86 @@ def paths_for(target: Path) -> tuple[Path, Path]:
     )
 
 
+def compaction_path(path: Path) -> Path:
+    """The name a journal's replacement is written under before it is renamed over
+    ``path``: one per journal, so that the download holding the journal's lock removes
+    what a kill left there (only that download ever writes it)."""
+    room = _NAME_MAX - 1 - len(_COMPACTING_SUFFIX)
+    return path.with_name(f".{cut_name(path.name, room)}{_COMPACTING_SUFFIX}")
+
+
 class NotRegular(OSError):
     """A partial's or journal's name holds something asyncdl never makes there: a
-    symbolic link, a FIFO, a device."""
+    symbolic or hard link, a FIFO, a device, another user's file, one others may
+    write. Its ``strerror`` says which."""
 
 
-def open_regular(path: Path, flags: int, mode: int = 0o666) -> int:
+class Unusable(OSError):
+    """A partial's or journal's name holds something that is not asyncdl's and that it
+    may not remove (a directory, or a file in a directory this user may not change)."""
+
+
+def why_not_ours(st: os.stat_result) -> str | None:
+    """Why what ``st`` describes is not a partial or journal this process may trust and
+    write (``None``: it may)."""
+    if stat.S_ISLNK(st.st_mode):
+        return "a symbolic link, not a regular file"
+    if not stat.S_ISREG(st.st_mode):
+        return "not a regular file"
+    if not is_ours(st):
+        return "not this user's alone (another user's, or others may write it)"
+    if st.st_nlink != 1:
+        return "a hard link (the file has another name)"
+    return None
+
+
+def open_regular(path: Path, flags: int, mode: int = 0o600, *, ours: bool = True) -> int:
     """``path`` opened with ``flags`` (``O_NOFOLLOW`` among them), if it is a regular
-    file; else :class:`NotRegular`."""
+    file, and (with ``ours``) this user's alone with no other name; else
+    :class:`NotRegular`."""
     try:
         fd = os.open(path, flags, mode)
     except OSError as exc:
-        # A link at the name: ELOOP (EMLINK on FreeBSD).
-        if exc.errno in (errno.ELOOP, errno.EMLINK) and os.path.islink(path):
-            raise NotRegular(
-                errno.ELOOP, "a symbolic link, not a regular file", str(path)
-            ) from None
-        raise
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        # A link at the name: ELOOP (EMLINK on FreeBSD). A directory: EISDIR when
+        # opened for writing. Another user's file: maybe EACCES.
+        if exc.errno not in (errno.ELOOP, errno.EMLINK, errno.EISDIR, errno.EACCES, errno.EPERM):
+            raise
+        try:
+            why = _why(os.lstat(path), ours=ours)
+        except OSError:
+            why = None
+        if why is None:
+            raise
+        raise NotRegular(exc.errno, why, str(path)) from None
+    why = _why(os.fstat(fd), ours=ours)
+    if why is not None:
         os.close(fd)
-        raise NotRegular(errno.EINVAL, "not a regular file", str(path))
+        raise NotRegular(errno.EINVAL, why, str(path))
     return fd
+
+
+def _why(st: os.stat_result, *, ours: bool) -> str | None:
+    if ours or not stat.S_ISREG(st.st_mode):
+        return why_not_ours(st)
+    return None
+
+
+def remove_name(path: Path) -> None:
+    """Remove whatever ``path`` names (a link, never what it points to), if anything;
+    :class:`Unusable` when that is not allowed (a directory is never removed)."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except (IsADirectoryError, PermissionError) as exc:
+        what = "a directory" if os.path.isdir(path) else "a file this user may not remove"
+        raise Unusable(
+            exc.errno,
+            f"asyncdl keeps a resumable download's partial file or journal at this name, "
+            f"and it holds {what} that is not asyncdl's; move it away, or download "
+            "without resume (--no-resume)",
+            str(path),
+        ) from None
 
 
 def lock(fd: int, busy: Busy, *, shared: bool) -> None:
@@ -109,19 +177,20 @@ def lock(fd: int, busy: Busy, *, shared: bool) -> None:
 
 
 def open_locked(
-    path: Path, busy: Busy, *, create: bool = False, shared: bool = False
+    path: Path, busy: Busy, *, create: bool = False, shared: bool = False, ours: bool = True
 ) -> int | None:
     """The journal at ``path``, open and locked, or ``None`` if there is none (and
     ``create`` is false): read-only when ``shared`` (a reader's), else for appending.
     The lock is on the file the path still names: a journal unlinked by the download
     that held it, or replaced by a compacted one, is not one to lock.
 
-    :class:`NotRegular` when the name holds no regular file; with ``create`` that is
-    removed instead (a link is removed, never what it points to), and a journal made."""
+    :class:`NotRegular` when the name holds no journal of ours (with ``ours`` false: no
+    regular file, to look at only); with ``create`` that is removed instead (a link is
+    removed, never what it points to), and a journal made."""
     flags = _READ_FLAGS if shared else JOURNAL_FLAGS
     for _ in range(8):
         try:
-            fd = open_regular(path, flags)
+            fd = open_regular(path, flags, ours=ours)
         except FileNotFoundError:
             if not create:
                 return None
@@ -132,7 +201,7 @@ def open_locked(
         except NotRegular:
             if not create:
                 raise
-            os.unlink(path)
+            remove_name(path)
             continue
         try:
             lock(fd, busy, shared=shared)
@@ -153,11 +222,15 @@ def lookup(target: Path, busy: Busy) -> Found | None:
     partial, path = paths_for(target)
     try:
         fd = open_locked(path, busy, shared=True)
-    except NotRegular:
-        return Found(damaged="its journal is not a regular file (a symbolic link?)")
+    except NotRegular as exc:
+        return Found(damaged=f"its journal is {exc.strerror}")
     if fd is None:
         return None
     try:
+        if os.fstat(fd).st_size == 0 and not os.path.lexists(partial):
+            # Just made by a download that has not locked it yet (or one killed then):
+            # nothing to continue, nor to remove (the download opening it starts fresh).
+            return None
         found = journal.read(fd)
         if found.header is not None and found.damaged is None:
             try:
@@ -165,8 +238,9 @@ def lookup(target: Path, busy: Busy) -> Found | None:
             except FileNotFoundError:
                 return Found(damaged="its partial file is missing")
             on_disk = st.st_size
-            if not stat.S_ISREG(st.st_mode):
-                found.damaged = "its partial file is not a regular file (a symbolic link?)"
+            why = why_not_ours(st)
+            if why is not None:
+                found.damaged = f"its partial file is {why}"
             elif on_disk != found.header.size:
                 size = found.header.size
                 found.damaged = f"its partial file has {on_disk} bytes, the journal says {size}"
@@ -188,16 +262,13 @@ def remove_pair(partial: Path, path: Path, busy: Busy) -> bool:
     try:
         fd = open_locked(path, busy)
     except NotRegular:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(partial)
-        os.unlink(path)
+        remove_name(path)
+        remove_name(partial)
         return True
     try:
-        try:
-            os.unlink(partial)
-        except FileNotFoundError:
-            if fd is None:
-                return False
+        if fd is None and not os.path.lexists(partial):
+            return False
+        remove_name(partial)
         if fd is not None:
             os.unlink(path)
         return True
@@ -215,11 +286,11 @@ def peek(path: Path) -> tuple[Found | None, bool]:
     a running download holds it."""
     busy = False
     try:
-        fd = open_locked(path, _Held, shared=True)
+        fd = open_locked(path, _Held, shared=True, ours=False)
     except _Held:
         busy = True
         try:
-            fd = open_regular(path, _READ_FLAGS)
+            fd = open_regular(path, _READ_FLAGS, ours=False)
         except OSError:
             return None, busy
     except OSError:
