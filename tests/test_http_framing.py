@@ -173,3 +173,29 @@ async def test_a_later_part_under_the_weak_form_of_the_pin_is_the_same_version(
     async with RawServer(_versions(lambda: ('W/"v1"', v1))) as server:
         got = await _stream_all(engine.stream_url(server.url("/obj"), chunk_size=CHUNK))
     assert got == v1
+
+
+# -- a body whose end only the connection's close marks --------------------------------------
+
+
+async def test_a_close_delimited_body_is_never_called_verified_by_its_length(
+    engine: asyncdl.Engine, tmp_path: Path
+) -> None:
+    """A 200 with neither Content-Length nor chunked framing ends where the connection
+    closes: a cut cannot be told from the end (RFC 9112 §6.3). Kept, but the result
+    says its length was not announced."""
+    body = payload(3 * CHUNK + 5)
+    raw = b'HTTP/1.0 200 OK\r\nETag: "v1"\r\n\r\n' + body
+    async with RawServer(lambda request: raw) as server:
+        url = server.url("/obj")
+        result = await engine.download_url(url, tmp_path / "obj")
+        async with engine.stream_url(url) as stream:
+            assert b"".join([piece async for piece in stream]) == body
+    assert (tmp_path / "obj").read_bytes() == body
+    for verified, reason in (
+        (result.verified, result.unverified_reason),
+        (stream.verified, stream.unverified_reason),
+    ):
+        assert not verified
+        assert reason is not None
+        assert "length was not announced" in reason, reason

@@ -18,8 +18,9 @@ with ``read(size)`` under ``asyncio.timeout``, as before.
 
 A whole-object answer that says no length (a chunked body) is read to its end first
 when its size must be known before its bytes are placed (a download preallocates
-and plans by it): :func:`spool` puts it in an unnamed temp file, a
-:class:`SpooledBody` reads it back.
+and plans by it): :func:`spool` puts it in an unnamed temp file beside the target,
+read through a :class:`BodyReader` (stall watch, bandwidth cap) with progress as it
+comes; a :class:`SpooledBody` reads it back (not capped nor reported again).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import tempfile
+from dataclasses import dataclass
 from typing import IO, Any
 
 import aiohttp
@@ -34,6 +36,7 @@ from aiobotocore.response import AioStreamingBody
 
 from .bandwidth import TokenBucket
 from .errors import RetryableError
+from .progress import Reporter
 
 
 def _stream_of(body: Any) -> aiohttp.StreamReader | None:
@@ -183,6 +186,19 @@ class BodyReader:
 _SPOOL_WRITE = 1024 * 1024
 
 
+@dataclass(frozen=True, slots=True)
+class SpoolTo:
+    """Where and how a download spools a body of unknown length: beside its target
+    (the system's temp directory may be a small tmpfs, or RAM), read as its other
+    bodies are (the engine's read timeout and bandwidth cap), its bytes reported as
+    progress as they arrive (``None``: a probe whose bytes are not the download's)."""
+
+    directory: str
+    read_timeout: float
+    bandwidth: TokenBucket | None
+    progress: Reporter | None
+
+
 class SpooledBody:
     """A body read to its end into an unnamed temp file, read back in order (the
     ``read``/``close`` of a streaming body)."""
@@ -197,32 +213,69 @@ class SpooledBody:
         self._file.close()
 
 
-async def spool(body: Any) -> tuple[SpooledBody, int]:
-    """Read ``body`` to its end into an unnamed temp file (in the system's temp
-    directory, gone when closed); the body to read it from, and its length.
+async def spool(body: Any, to: SpoolTo | None = None) -> tuple[SpooledBody, int]:
+    """Read ``body`` to its end into an unnamed temp file (in ``to.directory``, else
+    the system's temp directory; gone when closed); the body to read it from, and its
+    length. ``body`` is closed either way.
 
-    A stall is the HTTP session's read timeout (aiobotocore's and the engine's own
-    sessions have one); ``body`` is closed either way."""
-    file = await asyncio.to_thread(tempfile.TemporaryFile)
-    size = 0
+    Without ``to`` (nothing to say where), a stall is the HTTP session's read timeout."""
+    directory = None if to is None else to.directory
+    file = await asyncio.to_thread(_unnamed_file, directory)
+    progress = None if to is None else to.progress
+    size = reported = 0
     try:
-        pieces: list[bytes] = []
-        held = 0
-        while True:
-            piece: bytes = await body.read(_SPOOL_WRITE)
-            if piece:
-                pieces.append(piece)
-                held += len(piece)
-            if held >= _SPOOL_WRITE or (not piece and pieces):
-                await asyncio.to_thread(file.writelines, pieces)
-                size += held
-                pieces, held = [], 0
-            if not piece:
-                break
+        if to is None:
+            reader: Any = contextlib.nullcontext(_Plain(body))
+        else:
+            reader = BodyReader(body, to.read_timeout, _SPOOL_WRITE, to.bandwidth)
+        with reader as pieces_of:
+            pieces: list[bytes] = []
+            held = 0
+            while True:
+                piece: bytes = await pieces_of.read()
+                if piece:
+                    pieces.append(piece)
+                    held += len(piece)
+                    if progress is not None:
+                        reported += len(piece)
+                        await progress.add(len(piece))
+                if held >= _SPOOL_WRITE or (not piece and pieces):
+                    pieces_of.pause()
+                    try:
+                        await asyncio.to_thread(file.writelines, pieces)
+                    finally:
+                        pieces_of.resume()
+                    size += held
+                    pieces, held = [], 0
+                if not piece:
+                    break
         await asyncio.to_thread(file.seek, 0)
-    except BaseException:
+    except BaseException as exc:
         file.close()
+        if progress is not None and isinstance(exc, Exception):
+            await progress.add(-reported)  # a retry reports them again
         raise
     finally:
         body.close()
     return SpooledBody(file), size
+
+
+def _unnamed_file(directory: str | None) -> IO[bytes]:
+    return tempfile.TemporaryFile(dir=directory)
+
+
+class _Plain:
+    """A body read as it is (``read``), with a :class:`BodyReader`'s pause/resume."""
+
+    def __init__(self, body: Any) -> None:
+        self._body = body
+
+    async def read(self) -> bytes:
+        piece: bytes = await self._body.read(_SPOOL_WRITE)
+        return piece
+
+    def pause(self) -> None:
+        pass
+
+    def resume(self) -> None:
+        pass

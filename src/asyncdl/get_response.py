@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .body_reader import spool
+from .body_reader import SpoolTo, spool
 from .checksums import ExpectedChecksum, from_botocore, from_headers
 from .ranges import ContentRange, parse_content_range
 from .signed_get import RawResponse, body_length
@@ -24,6 +24,30 @@ def strong_etag(etag: object) -> str | None:
     if not isinstance(etag, str) or not etag or etag.startswith("W/"):
         return None
     return etag
+
+
+#: Why a body that only the connection's close ended is not called verified.
+UNANNOUNCED_LENGTH = (
+    "its length was not announced (no Content-Length, no chunked framing): the body "
+    "ended where the connection closed, which a cut connection looks the same as"
+)
+
+
+def transfer_codings(headers: Mapping[str, str]) -> list[str]:
+    """``ValueError`` for a Transfer-Encoding other than plain ``chunked`` (or the
+    obsolete ``identity``, no coding at all): asyncdl sends no TE, so no other coding
+    may be applied (RFC 9112 §6.1), and one that is (``gzip, chunked``; ``chunked``
+    twice) would leave coded bytes in the file. The codings, lower-case."""
+    getall = getattr(headers, "getall", None)
+    values = getall("transfer-encoding", []) if getall is not None else None
+    if values is None:
+        value = headers.get("transfer-encoding")
+        values = [] if value is None else [value]
+    codings = [coding.strip().lower() for value in values for coding in value.split(",")]
+    if codings not in ([], ["chunked"], ["identity"]):
+        shown = ", ".join(codings)[:100]
+        raise ValueError(f"Transfer-Encoding {shown!r}: only chunked is valid in an answer")
+    return codings
 
 
 def opaque_tag(etag: object) -> str | None:
@@ -51,6 +75,7 @@ class Response:
         "_release",
         "body",
         "checksum",
+        "close_delimited",
         "content_length",
         "content_range",
         "etag",
@@ -76,6 +101,7 @@ class Response:
         http_headers: Mapping[str, str] | None = None,
     ) -> None:
         self._release: Callable[[], None] | None = release
+        codings = transfer_codings(http_headers or {})
         whole = status == 200 and not content_range
         # One parse of ``headers`` per response: a whole-object answer carries the
         # object's checksum; a partial one (a PartNumber GET, or a range that is
@@ -115,6 +141,9 @@ class Response:
         #: The body's length: Content-Length, else the span of Content-Range, else
         #: ``UNKNOWN_LENGTH`` (a whole object of unknown size: read it to its end).
         self.content_length = UNKNOWN_LENGTH if content_length is None else content_length
+        #: Neither a length nor chunked framing: only the connection's close ends the
+        #: body, and a cut cannot be told from its end (RFC 9112 §6.3 rule 8).
+        self.close_delimited = content_length is None and codings != ["chunked"]
 
     @classmethod
     def from_botocore(cls, raw: Mapping[str, Any], release: Callable[[], None]) -> Response:
@@ -147,10 +176,10 @@ class Response:
             http_headers=headers,
         )
 
-    async def read_whole(self) -> None:
+    async def read_whole(self, to: SpoolTo | None = None) -> None:
         """Make a whole-object answer of unknown length known: its body is read to its
-        end into an unnamed temp file, which it is then read from."""
-        self.body, self.content_length = await spool(self.body)
+        end into an unnamed temp file (see :class:`SpoolTo`), which it is then read from."""
+        self.body, self.content_length = await spool(self.body, to)
 
     def close(self) -> None:
         """Close the body (an unread body would otherwise leak its pooled connection)

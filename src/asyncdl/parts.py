@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from .body_reader import BodyReader, held_after_failure
+from .body_reader import BodyReader, SpooledBody, held_after_failure
 from .config import KiB, MiB, TransferConfig
 from .context import Context
 from .errors import ChecksumError, ObjectChangedError, RetryableError, translate
@@ -356,8 +356,11 @@ async def _drain(fetch: Fetch, response: Response, part: Part) -> None:
         raise obj.error(f"server sent bytes up to {limit}, past the expected end {part.end}")
     target = write_target(config)
     flush_at = 1 if fetch.each_piece else target
-    with BodyReader(response.body, config.read_timeout, target, fetch.ctx.bandwidth) as reader:
-        writes = _Writes(fetch, part, reader)
+    # A spooled body came through the cap, and was reported, as it arrived.
+    spooled = isinstance(response.body, SpooledBody)
+    bandwidth = None if spooled else fetch.ctx.bandwidth
+    with BodyReader(response.body, config.read_timeout, target, bandwidth) as reader:
+        writes = _Writes(fetch, part, reader, report=not spooled)
         skip = part.pos - body_start  # > 0: the whole object sent again, partly on disk
         try:
             while chunk := await reader.read():
@@ -396,10 +399,11 @@ class _Writes:
 
     __slots__ = ("_counters", "_fetch", "_part", "_reader", "_report", "pieces", "size")
 
-    def __init__(self, fetch: Fetch, part: Part, reader: BodyReader) -> None:
+    def __init__(self, fetch: Fetch, part: Part, reader: BodyReader, *, report: bool) -> None:
         self._fetch, self._part, self._reader = fetch, part, reader
         self._counters = fetch.ctx.counters
-        self._report = fetch.progress.add if fetch.progress.callback is not None else None
+        reporting = report and fetch.progress.callback is not None
+        self._report = fetch.progress.add if reporting else None
         self.pieces: list[bytes] = []
         self.size = 0
 

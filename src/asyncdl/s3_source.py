@@ -12,9 +12,11 @@ from typing import Any, TypeVar
 from botocore.exceptions import ClientError
 
 from .adaptive import Budget
+from .body_reader import SpoolTo
 from .checksums import ExpectedChecksum, from_botocore, from_headers
 from .errors import DownloadError, ObjectChangedError, client_error_status
 from .get_response import (
+    UNANNOUNCED_LENGTH,
     UNKNOWN_LENGTH,
     Response,
     checksum_or_none,
@@ -29,6 +31,7 @@ from .stats import CLIENT_ERROR, OK, THROTTLED, Counters, outcome
 
 # Where the engine's modules have always found them.
 __all__ = [
+    "UNANNOUNCED_LENGTH",
     "UNKNOWN_LENGTH",
     "ObjectMeta",
     "RangeNotSatisfiable",
@@ -69,6 +72,11 @@ class S3Object:
     #: so that its size is known, as a download needs; a stream, which reads to the end
     #: anyway, sets ``True`` and takes it as it is.
     unknown_length_ok = False
+    #: Where and how a download spools such an answer (set by the download).
+    spool_to: SpoolTo | None = None
+    #: Whether an answer's body was ended only by its connection's close (see
+    #: ``UNANNOUNCED_LENGTH``): nothing said it was whole.
+    close_delimited = False
 
     def __init__(
         self,
@@ -190,9 +198,10 @@ class S3Object:
             self._failed(self.counts.gets, exc, epoch)
             raise
         response = self._pinned(response, if_match)
+        self.close_delimited = self.close_delimited or response.close_delimited
         if response.content_length == UNKNOWN_LENGTH and not self.unknown_length_ok:
             try:
-                await response.read_whole()  # in the slot this request holds
+                await response.read_whole(self.spool_to)  # in the slot this request holds
             except BaseException:
                 response.close()
                 raise

@@ -11,6 +11,7 @@ from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 from .bandwidth import TokenBucket
+from .body_reader import BodyReader
 from .context import Context
 from .errors import DownloadError
 from .parts import fetch_into
@@ -19,6 +20,8 @@ from .s3_source import Response, S3Object
 from .stats import Counters
 
 _END = object()
+#: Bytes aiohttp may hold ahead of a slice's reader.
+_SLICE_READ = 1024 * 1024
 
 
 class QueueSink:
@@ -133,13 +136,15 @@ async def read_slice(
     start: int,
     end: int | None,
     bandwidth: TokenBucket | None,
+    read_timeout: float,
     counters: Counters,
     error: Callable[[str], DownloadError],
     ended: Callable[[int], None] | None = None,
     base: int = 0,
 ) -> AsyncGenerator[bytes]:
     """Bytes ``[start, end)`` of a body, counted from its first byte (the object's
-    first, when the server ignored Range), read within the engine's ``bandwidth``;
+    first, when the server ignored Range), read within the engine's ``bandwidth`` and
+    ``read_timeout`` (whatever the HTTP session's own);
     what is yielded is counted in the engine's stats as the parts' bytes are.
     ``base``: the object's offset of the body's first byte, for messages.
     ``end=None``: to the end of the body, whose length ``ended`` is told.
@@ -151,21 +156,22 @@ async def read_slice(
     assert first is not None
     position = 0
     try:
-        while piece := await first.body.read(1024 * 1024):
-            low = max(start - position, 0)
-            high = len(piece) if end is None else min(len(piece), end - position)
-            position += len(piece)
-            if bandwidth is not None:
-                await bandwidth.take(len(piece))
-            if low < high:
-                counters.bytes += high - low
-                yield piece[low:high]
-            if end is not None and position >= end:
-                break
-        else:
-            if ended is not None:
-                ended(position)
-            elif end is not None:
-                raise error(f"body ended at byte {base + position}, expected {base + end}")
+        with BodyReader(first.body, read_timeout, _SLICE_READ, bandwidth) as reader:
+            while piece := await reader.read():
+                low = max(start - position, 0)
+                high = len(piece) if end is None else min(len(piece), end - position)
+                position += len(piece)
+                if low < high:
+                    counters.bytes += high - low
+                    reader.pause()  # the reader of the stream is slow, not the server
+                    yield piece[low:high]
+                    reader.resume()
+                if end is not None and position >= end:
+                    break
+            else:
+                if ended is not None:
+                    ended(position)
+                elif end is not None:
+                    raise error(f"body ended at byte {base + position}, expected {base + end}")
     finally:
         first.close()

@@ -39,7 +39,7 @@ from .progress import ProgressCallback, Reporter
 from .ranges import ByteRange, ContentRange
 from .request_args import ExtraArgs, check_bucket_and_key, check_extra_args
 from .retry import after_failure
-from .s3_source import UNKNOWN_LENGTH, RangeNotSatisfiable, Response
+from .s3_source import UNANNOUNCED_LENGTH, UNKNOWN_LENGTH, RangeNotSatisfiable, Response
 from .stream_parts import prefetch_parts, read_nothing, read_slice
 from .stream_verify import StreamVerifier
 from .url_source import check_url
@@ -150,7 +150,10 @@ class ObjectStream:
     @property
     def unverified_reason(self) -> str | None:
         """Why the bytes were not verified (``None`` when they were)."""
-        return self._checker.outcome.reason
+        outcome = self._checker.outcome
+        if self._obj.close_delimited and not outcome.verified and outcome.reason is not None:
+            return UNANNOUNCED_LENGTH
+        return outcome.reason
 
     @property
     def _checker(self) -> StreamVerifier:
@@ -302,6 +305,7 @@ class ObjectStream:
                 start=start,
                 end=stop,
                 bandwidth=ctx.bandwidth,
+                read_timeout=ctx.config.read_timeout,
                 counters=ctx.counters,
                 error=obj.error,
             )
@@ -331,6 +335,7 @@ class ObjectStream:
                 start=0,
                 end=stop - start,
                 bandwidth=ctx.bandwidth,
+                read_timeout=ctx.config.read_timeout,
                 counters=ctx.counters,
                 error=obj.error,
                 base=start,
@@ -371,6 +376,7 @@ class ObjectStream:
             start=start,
             end=end,
             bandwidth=self._ctx.bandwidth,
+            read_timeout=self._ctx.config.read_timeout,
             counters=self._ctx.counters,
             error=self._obj.error,
             ended=self._ended,

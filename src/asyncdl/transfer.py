@@ -20,6 +20,7 @@ import asyncio
 from typing import Any
 
 from . import resume
+from .body_reader import SpoolTo
 from .context import Context
 from .errors import ChecksumError, ObjectChangedError, source_name, translate
 from .jobs import Job
@@ -28,7 +29,7 @@ from .parts import Fetch, Part, fetch_by_part_number, fetch_part, fetch_ranges
 from .progress import ProgressCallback, Reporter
 from .results import DownloadResult
 from .retry import logger, with_retries
-from .s3_source import Response, S3Object
+from .s3_source import UNANNOUNCED_LENGTH, Response, S3Object
 from .strategies import Discovery
 from .verify import (
     NO_URL_CHECKSUM,
@@ -45,6 +46,8 @@ async def run(ctx: Context, job: Job, progress: ProgressCallback | None) -> Down
     url = job.url
     obj = ctx.s3_object(job.bucket, job.key, job.extra_args) if url is None else ctx.url_object(url)
     reporter = Reporter(progress)
+    # A body of unknown length is spooled beside the target, read as any other.
+    obj.spool_to = SpoolTo(str(job.target.parent), ctx.config.read_timeout, ctx.bandwidth, reporter)
     deadline = asyncio.timeout(job.timeout)
     temp: TempFile | None = None
     found = resume.Resume()
@@ -86,7 +89,11 @@ async def run(ctx: Context, job: Job, progress: ProgressCallback | None) -> Down
         requests=obj.requests,
         checksum=verification.checksum,
         verified=verification.verified,
-        unverified_reason=verification.reason,
+        unverified_reason=(
+            UNANNOUNCED_LENGTH
+            if obj.close_delimited and not verification.verified
+            else verification.reason
+        ),
         reused_bytes=found.reused,
         partial_discarded=found.discarded,
     )

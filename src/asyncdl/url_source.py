@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -48,6 +49,8 @@ from .stats import OK, Counters
 _UNREADABLE = "<url>"
 #: Anything in a message that may be a URL (up to a quote, a space or a bracket).
 _URL_IN_TEXT = re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://[^\s'\"<>()\[\]{}]*")
+#: A query in a message (of a request target a peer sent back, say).
+_QUERY_IN_TEXT = re.compile(r"\?[^\s'\"<>]*")
 #: What is kept of a server's own words in a message (a malformed answer's).
 _MAX_SHOWN = 200
 
@@ -167,11 +170,18 @@ class UrlObject(S3Object):
             raise self.error(f"server sent {exc}") from None
         if length is not None:
             return length
-        response = Response.from_raw(
-            RawResponse(raw.status, raw.headers, streaming_body(raw, raw.headers)), raw.release
-        )
         try:
-            await response.read_whole()
+            response = Response.from_raw(
+                RawResponse(raw.status, raw.headers, streaming_body(raw, raw.headers)),
+                raw.release,
+            )
+        except ValueError as exc:  # a Transfer-Encoding it may not use
+            raw.release()
+            raise self.error(f"server sent {exc}") from None
+        # A probe: its bytes are not the download's progress.
+        to = None if self.spool_to is None else replace(self.spool_to, progress=None)
+        try:
+            await response.read_whole(to)
             return response.content_length
         finally:
             response.close()
@@ -219,7 +229,23 @@ class UrlObject(S3Object):
         body = await raw.content.read(MAX_ERROR_BODY)
         raw.release()
         lowered = {name.lower(): value for name, value in raw.headers.items()}
-        raise ClientError(error_response(raw.status, lowered, body), "GetObject")
+        raise ClientError(self._kept(error_response(raw.status, lowered, body)), "GetObject")
+
+    def _kept(self, response: dict[str, Any]) -> dict[str, Any]:
+        """What is kept of an error answer: its Code and its Message (scrubbed), and
+        the size a 416 names. The rest of what S3 writes there (SignatureProvided, a
+        CanonicalRequest holding X-Amz-Security-Token) is a credential's echo."""
+        error = response["Error"]
+        message = str(error.get("Message", ""))
+        for secret, shown in self._secrets:
+            if secret:
+                message = message.replace(secret, shown)
+        message = _QUERY_IN_TEXT.sub("?<query>", scrub_urls(message))
+        kept = {"Code": str(error.get("Code", ""))[:_MAX_SHOWN], "Message": message[:_MAX_SHOWN]}
+        if "ActualObjectSize" in error:
+            kept["ActualObjectSize"] = str(error["ActualObjectSize"])[:40]
+        response["Error"] = kept
+        return response
 
     def _scrubbed(self, exc: BotoCoreError) -> Exception:
         """A new error for ``exc``, its message with every URL as shown: aiohttp names
@@ -227,14 +253,17 @@ class UrlObject(S3Object):
         Retried as ``exc`` would be, unless the answer was not HTTP at all."""
         error = exc.kwargs.get("error")
         if isinstance(error, aiohttp.TooManyRedirects):
-            return self.error("too many redirects (more than 10); not retried")
+            return self.error(
+                f"too many redirects: gave up after {len(error.history)} redirects; not retried"
+            )
+        if isinstance(error, (aiohttp.RedirectClientError, aiohttp.InvalidURL)):
+            # A Location that is not an http(s) URL (data:, javascript:, file:) or not
+            # a URL at all: not quoted (no part of it can be shown safely), not retried.
+            return self.error("the server answered with a redirect to an unsupported URL")
         if type(error) is aiohttp.ClientResponseError:  # not a subclass: a proxy's 407...
             # aiohttp could not parse the answer (a malformed Content-Length, a status
             # line that is not HTTP): the server's, and no retry will change it.
-            words = scrub_urls(str(error.message))
-            if len(words) > _MAX_SHOWN:
-                words = words[:_MAX_SHOWN] + "..."
-            return self.error(f"the server's answer is not valid HTTP: {words}")
+            return self.error(f"the server's answer is not valid HTTP: {_reason(error)}")
         message = str(exc)
         for secret, shown in self._secrets:
             if secret:
@@ -255,6 +284,14 @@ class _ScrubbedSSL(SSLError):  # type: ignore[misc]  # botocore is untyped
     """A TLS failure (not retried), its message with the URLs' secrets taken out."""
 
     fmt = "{message}"
+
+
+def _reason(error: aiohttp.ClientResponseError) -> str:
+    """What aiohttp found wrong with an answer, without the bytes it quotes after it: a
+    peer that echoes the request sends back its target, whose query is a credential."""
+    reason = " ".join(str(error.message).split("\n\n", 1)[0].split()).rstrip(":")
+    reason = _QUERY_IN_TEXT.sub("?<query>", scrub_urls(reason))
+    return reason[:_MAX_SHOWN] + "..." if len(reason) > _MAX_SHOWN else reason
 
 
 def _empty(exc: ClientError) -> bool:
