@@ -17,7 +17,7 @@ from typing import Any
 
 from aiofiles.os import wrap
 
-from . import jobs, transfer
+from . import dead_temps, jobs, transfer
 from .config import is_int_at_least
 from .context import Context
 from .errors import DownloadError, InvalidRequestError, translate
@@ -264,6 +264,8 @@ async def download_prefix(
                 if skips is not None:
                     await skips.remember(result)
                 yield result
+        # What killed runs left where this one wrote: it would stay there for good.
+        await _remove_dead(places.visited)
     finally:
         if skips is not None:
             skips.close()
@@ -281,6 +283,7 @@ def _check_dest_dir(dest_dir: str | os.PathLike[str], *, bucket: str, prefix: st
 
 
 _check_dest_dir_off_loop = wrap(_check_dest_dir)
+_remove_dead = wrap(dead_temps.remove_dead)
 # Off the event loop: a busy disk can stall mkdir for long.
 _makedirs = wrap(os.makedirs)
 
@@ -300,6 +303,8 @@ class _Places:
         self._dirs: dict[Path, str] = {}
         #: Files handed out, with their keys, until they are on disk.
         self._files: dict[Path, str] = {}
+        #: The directories of every target listed (skipped ones too).
+        self.visited: set[Path] = set()
 
     async def claim(self, key: str, target: Path, depth: int) -> str | None:
         """Hand ``target`` (``depth`` segments below the root) to ``key`` and make its
@@ -406,6 +411,7 @@ async def _list_requests(
                     yield failed(bucket, key, places.root, refusal, strategy, size=size)
                     continue
                 target = places.root.joinpath(*item.relative.parts)
+                places.visited.add(target.parent)
                 # Before the claim: a file already there needs no directory made for it.
                 if skips is not None and await skips.skips(target, size, etag):
                     yield DownloadResult(

@@ -47,6 +47,11 @@ from . import quick_io
 from .checksums import crc_function, sha_of
 from .file_writes import CrcOf, WriteHops, crc_of, write_all
 
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
+
 _TEMP_SUFFIX = ".asyncdl-tmp"
 _Crc = TypeVar("_Crc")
 _FLAGS = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
@@ -164,8 +169,10 @@ class TempFile:
         for _ in range(8):
             try:
                 fd = os.open(self.path, _FLAGS, 0o666)
-                self._created = True
-                return fd
+                if hold(fd):
+                    self._created = True
+                    return fd
+                os.close(fd)  # a sweep took it for a dead writer's (and removes it)
             except FileExistsError:
                 pass
             except OSError as exc:
@@ -320,11 +327,15 @@ class TempFile:
         try:
             if self._fsync:
                 os.fsync(fd)
+            if mode is not None:
+                os.chmod(self.path, mode)
+            if os.name != "nt":  # renamed while open, so still locked (see ``hold``)
+                os.replace(self.path, self.target)
+                self.published = True
         finally:
             os.close(fd)
-        if mode is not None:
-            os.chmod(self.path, mode)
-        os.replace(self.path, self.target)
+        if not self.published:  # Windows renames no open file
+            os.replace(self.path, self.target)
         self.published = True
         if self._fsync:
             _fsync_directory(self.target.parent)
@@ -370,6 +381,17 @@ class TempFile:
             if self._created:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(self.path)
+
+
+def hold(fd: int) -> bool:
+    """Lock a temp file just made while it is open; False: a sweep took it first."""
+    if fcntl is None:  # pragma: no cover - Windows: no sweep either
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
 
 
 def _b64(digest: bytes) -> str:
