@@ -381,8 +381,9 @@ async def _drain(fetch: Fetch, response: Response, part: Part) -> None:
             raise
         await writes.flush()
     if part.pos != limit:
-        # aiobotocore checks Content-Length at EOF; this guards a body without one.
-        raise obj.error(f"body ended at byte {part.pos}, expected {limit}")
+        # aiobotocore checks Content-Length at EOF; this guards a body without one (a
+        # close-delimited 206 cut by its close): a cut, resumed from where it ended.
+        raise RetryableError(f"body ended at byte {part.pos}, expected {limit}")
 
 
 def write_target(config: TransferConfig) -> int:

@@ -321,13 +321,14 @@ class ObjectStream:
             return read_nothing
         stop = self.size if end is None else min(end, self.size)
         self.length = stop - start
-        if content_range.end > first_end:
+        if first_end < content_range.end < stop:
+            raise obj.error(
+                f"asked for bytes [{start}, {first_end}), got Content-Range {content_range}"
+            )
+        if content_range.end > stop:
             # More than was asked (s3rver answers "bytes=0-0" with the whole object):
-            # the answer is cut where the stream stops, if it gets that far.
-            if content_range.end < stop:
-                raise obj.error(
-                    f"asked for bytes [{start}, {first_end}), got Content-Range {content_range}"
-                )
+            # the answer is cut where the stream stops. (One that ends there is read
+            # as a part is, below: a cut resumes from its last byte.)
             self._answered(stop=stop, held=True)
             # The body starts at ``start``.
             return partial(
