@@ -218,3 +218,65 @@ def test_a_crc_wider_than_its_algorithm_is_a_damaged_journal(algorithm: str, val
     assert "CRC" in found.damaged
     widest = journal.parse(journal.content(header, [(0, 10, {algorithm: value - 1})], fsync=False))
     assert widest.damaged is None or value > 1 << 64
+
+
+async def test_a_resumed_download_reads_the_journal_s_ranges_once(
+    client: Any,
+    config: asyncdl.TransferConfig,
+    s3: Any,
+    bucket: str,
+    proxy: TcpProxy,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The lookup before the download reads the header alone; the ranges are read when
+    the partial is adopted (a journal of a million ranges costs seconds a read)."""
+    data = payload(SIZE)
+    s3.put_object(Bucket=bucket, Key="k", Body=data, ChecksumAlgorithm="CRC32")
+    target = tmp_path / "k"
+    await interrupted(client, resumable(config), proxy, bucket, target)
+    lines = (tmp_path / ".k.asyncdl-journal").read_bytes().count(b"\n") - 1
+    read: list[int] = []
+    range_of = journal._range_of
+
+    def counted(value: Any, size: int) -> journal.Recorded:
+        read.append(1)
+        return range_of(value, size)
+
+    monkeypatch.setattr(journal, "_range_of", counted)
+    async with asyncdl.Engine(client, config=resumable(config)) as engine:
+        result = await engine.download(bucket, "k", target)
+    assert result.reused_bytes > 0
+    assert target.read_bytes() == data
+    assert 0 < len(read) <= lines, f"{len(read)} range lines read of a journal of {lines}"
+
+
+def test_a_journal_of_more_lines_than_asyncdl_writes_is_damaged(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(journal, "MAX_LINES", 10)
+    header = journal.Header("b", "k", None, '"e"', 100, "k")
+    ranges = [(start, start + 1, {"CRC32": 0}) for start in range(12)]
+    found = journal.parse(journal.content(header, ranges, fsync=False))
+    assert found.damaged is not None
+    assert "lines" in found.damaged
+    assert journal.parse(journal.content(header, ranges[:9], fsync=False)).damaged is None
+
+
+def test_a_line_repeated_is_parsed_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three million copies of a line took 11 s a read; the same line again says
+    nothing new."""
+    parsed: list[int] = []
+    parse_line = journal._parse_line
+
+    def counted(line: bytes) -> Any:
+        parsed.append(1)
+        return parse_line(line)
+
+    monkeypatch.setattr(journal, "_parse_line", counted)
+    header = journal.Header("b", "k", None, '"e"', 100, "k")
+    line = journal.line_of([0, 10, {"CRC32": 5}])
+    found = journal.parse(header.line() + line * 100_000 + journal.line_of([0, 20, {"CRC32": 6}]))
+    assert found.damaged is None
+    assert found.ranges == [(0, 20, {"CRC32": 6})]
+    assert len(parsed) == 3, f"{len(parsed)} lines parsed"

@@ -47,6 +47,11 @@ MAX_LINE = 64 * 1024
 #: version's journal of a 5 TiB object in 8 MiB parts is 655,360. Memory follows this,
 #: not the journal's bytes.
 MAX_RANGES = 1 << 20
+#: Lines a journal may hold. Compacted, it holds a line per range, and grows to twice
+#: that (or :data:`COMPACT_AT`) before it is compacted again: with lines of at least
+#: 27 bytes, under six lines per range; an older version's (a line per write, under
+#: 64 MiB) under 2.5 million. More is not a journal asyncdl wrote.
+MAX_LINES = 6 * MAX_RANGES
 #: A journal this large is compacted (the threshold then follows what compacting
 #: left, doubled, so that a journal of many holes is not rewritten at every write).
 #: Internal: tests lower it.
@@ -173,8 +178,9 @@ def parse(data: bytes) -> Found:
     return _parse_blocks([data])
 
 
-def _parse_blocks(blocks: Iterable[bytes]) -> Found:
-    """:func:`parse` of a journal read a block at a time."""
+def _parse_blocks(blocks: Iterable[bytes], *, header_only: bool = False) -> Found:
+    """:func:`parse` of a journal read a block at a time (``header_only``: its header
+    line alone, no range read)."""
     lines = _lines_of(blocks)
     try:
         first = next(lines, None)
@@ -184,7 +190,14 @@ def _parse_blocks(blocks: Iterable[bytes]) -> Found:
         header = _header_of(value)
         length = len(first) + 1
         longest: dict[int, Recorded] = {}
-        for line in lines:
+        previous = first
+        for count, line in enumerate(() if header_only else lines, 2):
+            if count > MAX_LINES:
+                raise Corrupt(f"the journal has more than {MAX_LINES} lines")
+            length += len(line) + 1
+            if line == previous:
+                continue  # the same line again says nothing new (and costs no parse)
+            previous = line
             start, end, crcs = _range_of(_parse_line(line), header.size)
             if start not in longest:
                 if len(longest) == MAX_RANGES:
@@ -192,7 +205,6 @@ def _parse_blocks(blocks: Iterable[bytes]) -> Found:
                 longest[start] = (start, end, crcs)
             elif longest[start][1] < end:
                 longest[start] = (start, end, crcs)
-            length += len(line) + 1
     except Corrupt as exc:
         return Found(damaged=f"its journal is damaged ({exc})")
     ranges: list[Recorded] = []
@@ -260,8 +272,9 @@ def crcs_of(crc: CrcOf[Any] | None, value: Any) -> dict[str, int]:
     return {name: value} if name is not None and isinstance(value, int) else {}
 
 
-def read(fd: int) -> Found:
-    """The journal open at ``fd``, as :func:`parse` reads it, a block at a time."""
+def read(fd: int, *, header_only: bool = False) -> Found:
+    """The journal open at ``fd``, as :func:`parse` reads it, a block at a time; with
+    ``header_only``, its header alone (``length`` then is the header's)."""
 
     def blocks() -> Iterator[bytes]:
         offset = 0
@@ -269,4 +282,4 @@ def read(fd: int) -> Found:
             yield block
             offset += len(block)
 
-    return _parse_blocks(blocks())
+    return _parse_blocks(blocks(), header_only=header_only)

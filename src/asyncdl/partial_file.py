@@ -93,6 +93,8 @@ class PartialFile(TempFile):
         self.adopted: list[Recorded] = []
         #: Bytes the journal recorded that did not read back as recorded (fetched again).
         self.unmatched = 0
+        #: Why the journal, read in full when opened, was not used (damaged).
+        self.refused: str | None = None
         #: Remove the partial and journal too when discarded (they are of no use).
         self.drop = False
         #: What a write at this offset continues: where its journal line begins,
@@ -138,6 +140,7 @@ class PartialFile(TempFile):
 
     def _adopted(self) -> int | None:
         found = journal.read(self._journal_fd)
+        self.refused = found.damaged
         if found.damaged or found.header != self.header or not found.ranges:
             return None
         try:

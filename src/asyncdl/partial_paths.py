@@ -216,9 +216,10 @@ def open_locked(
     raise OSError(errno.EAGAIN, "the journal keeps being replaced", str(path))
 
 
-def lookup(target: Path, busy: Busy) -> Found | None:
+def lookup(target: Path, busy: Busy, *, header_only: bool = False) -> Found | None:
     """The journal of ``target`` as read now (``None``: there is none; one ``open``
-    finds that). Raises ``busy()`` when a running download holds it."""
+    finds that). Raises ``busy()`` when a running download holds it. ``header_only``:
+    its ranges are not read (the download that adopts the partial reads them)."""
     partial, path = paths_for(target)
     try:
         fd = open_locked(path, busy, shared=True)
@@ -231,7 +232,7 @@ def lookup(target: Path, busy: Busy) -> Found | None:
             # Just made by a download that has not locked it yet (or one killed then):
             # nothing to continue, nor to remove (the download opening it starts fresh).
             return None
-        found = journal.read(fd)
+        found = journal.read(fd, header_only=header_only)
         if found.header is not None and found.damaged is None:
             try:
                 st = os.lstat(partial)

@@ -104,7 +104,8 @@ async def discover(
     if size is not None and size <= ctx.config.write_size:
         return None  # fits one write: never journaled
     error = busy(obj, target)
-    journal = await quick_io.QUICK_IO.call(partial_paths.lookup, target, error)
+    # Its header alone: a journal's ranges are read once, when the partial is adopted.
+    journal = await quick_io.QUICK_IO.call(partial_paths.lookup, target, error, header_only=True)
     if journal is None:
         return None
     header, why = journal.header, journal.damaged
@@ -209,6 +210,8 @@ async def reuse(
     ``None`` too for a file that took nothing over."""
     if not isinstance(temp, PartialFile):
         return None
+    if temp.refused is not None:
+        found.discarded = f"a partial file was found, but {temp.refused}; it was discarded"
     if temp.unmatched:
         # Written with fsync=False, then a crash of the machine (or a hand): what the
         # journal recorded was not all on the disk.
