@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import asyncdl
-from asyncdl import journal, partial_paths
+from asyncdl import journal, partial_file, partial_paths
 from asyncdl.testing.tcp_proxy import RequestRecord, TcpProxy
 
 from .conftest import CHUNK, payload
@@ -268,6 +268,7 @@ async def test_a_partial_that_reads_back_as_zeros_is_discarded_and_says_why(
     assert leftovers(tmp_path) == []
 
 
+@pytest.mark.parametrize("read_size", [1 << 20, 4096], ids=["blocks", "streamed"])
 @pytest.mark.parametrize("algorithm", ["CRC64NVME", "CRC32C"])
 async def test_every_recorded_crc_of_a_reused_range_is_checked(
     client: Any,
@@ -276,11 +277,16 @@ async def test_every_recorded_crc_of_a_reused_range_is_checked(
     bucket: str,
     proxy: TcpProxy,
     tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
     algorithm: str,
+    read_size: int,
 ) -> None:
     """A range zeroed on disk whose line's CRC32 says zeros while its other CRC (the
     one the end-to-end check uses) is of the object's bytes: the range is read back
-    against every CRC recorded, so it is fetched again, never reused unchecked."""
+    against every CRC recorded, so it is fetched again, never reused unchecked.
+    (Ranges shorter than a read are read back a block of several at a time, longer
+    ones streamed.)"""
+    monkeypatch.setattr(partial_file, "_READ_SIZE", read_size)
     data = payload(SIZE)
     s3.put_object(Bucket=bucket, Key="k", Body=data, ChecksumAlgorithm=algorithm)
     target = tmp_path / "k"

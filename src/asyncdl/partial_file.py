@@ -38,7 +38,7 @@ import errno
 import functools
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -178,29 +178,40 @@ class PartialFile(TempFile):
     def _checked(self, fd: int, ranges: list[Recorded]) -> list[Recorded]:
         """The ranges whose bytes, read back from the partial, match every CRC the
         journal records of them (each of them may feed the end-to-end check)."""
-        return [
-            (start, end, crcs)
-            for start, end, crcs in ranges
-            if crcs
-            and all(name in CRC_ALGORITHMS for name in crcs)
-            and self._crcs_of_file(fd, sorted(crcs), start, end) == crcs
-        ]
+        # Short ranges are read a block at a time, not a read each (a journal may
+        # hold a million ranges of a few bytes).
+        cached, at = b"", 0
+        kept: list[Recorded] = []
+        blocks: Iterable[bytes]
+        for start, end, crcs in ranges:
+            if not crcs or not all(name in CRC_ALGORITHMS for name in crcs):
+                continue
+            if end - start <= _READ_SIZE:
+                if not (at <= start and end <= at + len(cached)):
+                    if self._closed:
+                        raise _Discarded
+                    cached, at = os.pread(fd, _READ_SIZE, start), start
+                blocks = [cached[start - at : end - at]]
+                if len(blocks[0]) != end - start:
+                    continue  # past the file's end
+            else:
+                blocks = self._blocks_of_file(fd, start, end)
+            with contextlib.suppress(_Short):
+                if _crcs_of(blocks, sorted(crcs)) == crcs:
+                    kept.append((start, end, crcs))
+        return kept
 
-    def _crcs_of_file(
-        self, fd: int, algorithms: list[str], start: int, end: int
-    ) -> dict[str, int] | None:
-        """The CRCs of bytes ``[start, end)`` of the file, by algorithm, in one pass."""
-        updates = [crc_function(name) for name in algorithms]
-        values, offset = [0] * len(updates), start
+    def _blocks_of_file(self, fd: int, start: int, end: int) -> Iterator[bytes]:
+        """Bytes ``[start, end)`` of the file, a block at a time (fewer at its end)."""
+        offset = start
         while offset < end:
             if self._closed:
                 raise _Discarded  # a cancelled download stops reading a large partial
             block = os.pread(fd, min(_READ_SIZE, end - offset), offset)
             if not block:
-                return None
-            values = [update(block, value) for update, value in zip(updates, values, strict=True)]
+                raise _Short
+            yield block
             offset += len(block)
-        return dict(zip(algorithms, values, strict=True))
 
     def _fresh(self) -> int:
         # A journal of the header alone first: bytes left in the partial then mean
@@ -384,6 +395,19 @@ class PartialFile(TempFile):
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(_RELEASE_WAIT):
                     await self._unlocked.wait()
+
+
+class _Short(Exception):
+    """The file ended before the range did (cut meanwhile): the range is not kept."""
+
+
+def _crcs_of(blocks: Iterable[bytes], algorithms: list[str]) -> dict[str, int]:
+    """The CRCs of ``blocks``' bytes, by algorithm, in one pass."""
+    updates = [crc_function(name) for name in algorithms]
+    values = [0] * len(updates)
+    for block in blocks:
+        values = [update(block, value) for update, value in zip(updates, values, strict=True)]
+    return dict(zip(algorithms, values, strict=True))
 
 
 def _umask() -> int:
