@@ -195,7 +195,7 @@ async def test_a_hard_link_planted_during_the_first_get_is_not_written(
     assert leftovers(shared) == []
 
 
-@pytest.mark.parametrize("name", ["partial", "journal"])
+@pytest.mark.parametrize("name", ["partial", "journal", "new journal"])
 async def test_a_directory_at_a_name_is_a_clear_error_leaving_nothing_new(
     client: Any,
     config: asyncdl.TransferConfig,
@@ -208,7 +208,8 @@ async def test_a_directory_at_a_name_is_a_clear_error_leaving_nothing_new(
     what to do, and leaves no journal or partial behind."""
     s3.put_object(Bucket=bucket, Key="k", Body=payload(SIZE))
     target = tmp_path / "k"
-    planted = partial_paths.paths_for(target)[name == "journal"]
+    partial, path = partial_paths.paths_for(target)
+    planted = {"partial": partial, "journal": path}.get(name) or partial_paths.compaction_path(path)
     planted.mkdir()
     (planted / "theirs").write_bytes(b"keep")
     async with asyncdl.Engine(client, config=resumable(config)) as engine:

@@ -214,12 +214,12 @@ class PartialFile(TempFile):
             offset += len(block)
 
     def _fresh(self) -> int:
-        # A journal of the header alone first: bytes left in the partial then mean
-        # nothing. A new file renamed over the name, never the file there emptied.
-        self._replace_journal(self.header.line(fsync=self._fsync))
-        # Whatever is at the partial's name goes (an old partial, or a link planted
-        # there: the link, not what it points to): the partial is always made anew.
         try:
+            # A journal of the header alone first: bytes left in the partial then mean
+            # nothing. A new file renamed over the name, never the file there emptied.
+            self._replace_journal(self.header.line(fsync=self._fsync))
+            # Whatever is at the partial's name goes (an old partial, or a link planted
+            # there: the link, not what it points to): the partial is always made anew.
             for _ in range(8):
                 remove_name(self.files[0])
                 try:
