@@ -247,3 +247,35 @@ async def test_a_compaction_killed_before_its_rename_leaves_nothing_after_the_ne
     assert target.read_bytes() == data
     assert result.reused_bytes > 0
     assert leftovers(tmp_path) == []
+
+
+async def test_another_users_running_download_is_left_alone(
+    client: Any,
+    config: asyncdl.TransferConfig,
+    s3: Any,
+    bucket: str,
+    tmp_path: Path,
+) -> None:
+    """Their journal is not ours to trust, but it is locked: their download runs and
+    publishes by these names, so they are not removed from under it."""
+    if os.geteuid() != 0:
+        pytest.skip("making a file another user's needs root")
+    import fcntl  # noqa: PLC0415 - POSIX only, as the lock
+
+    data = payload(SIZE)
+    s3.put_object(Bucket=bucket, Key="k", Body=data)
+    target = tmp_path / "k"
+    plant_pair(target, bucket, '"e"', data, zlib.crc32(data), fsync=False)
+    names = partial_paths.paths_for(target)
+    for name in names:
+        os.chown(name, OTHER, OTHER)
+    fd = os.open(names[1], os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        async with asyncdl.Engine(client, config=resumable(config)) as engine:
+            with pytest.raises(asyncdl.TargetBusyError):
+                await engine.download(bucket, "k", target)
+    finally:
+        os.close(fd)
+    assert [name.stat().st_uid for name in names] == [OTHER, OTHER]
+    assert not target.exists()

@@ -160,6 +160,24 @@ def remove_name(path: Path) -> None:
         ) from None
 
 
+def remove_unheld(path: Path, busy: Busy) -> None:
+    """:func:`remove_name` of a journal's name that holds no journal of ours, unless
+    what it holds is locked: another user's download of the same target, in a shared
+    directory, whose files are not ours to trust, but whose names it publishes by
+    (``busy()`` is raised then). Its lock is held while the name is removed."""
+    try:
+        fd = os.open(path, _READ_FLAGS)
+    except OSError:
+        remove_name(path)  # a link, a directory, a file we may not read: no lock to see
+        return
+    try:
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            lock(fd, busy, shared=False)
+        remove_name(path)
+    finally:
+        os.close(fd)
+
+
 def lock(fd: int, busy: Busy, *, shared: bool) -> None:
     """Lock, or raise ``busy()``. A writer waits a moment for readers (who hold the lock
     for microseconds), not for another writer (who holds it for a whole download)."""
@@ -201,7 +219,7 @@ def open_locked(
         except NotRegular:
             if not create:
                 raise
-            remove_name(path)
+            remove_unheld(path, busy)
             continue
         try:
             lock(fd, busy, shared=shared)
@@ -263,7 +281,7 @@ def remove_pair(partial: Path, path: Path, busy: Busy) -> bool:
     try:
         fd = open_locked(path, busy)
     except NotRegular:
-        remove_name(path)
+        remove_unheld(path, busy)
         remove_name(partial)
         return True
     try:
