@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import asyncdl
-from asyncdl import writer
+from asyncdl import dead_temps, writer
 
 from .conftest import payload, temp_files
 
@@ -79,3 +79,23 @@ async def test_a_writer_refused_its_lock_takes_another_name(
     # The refused file is the sweep's to remove; here nobody did, and it was not used.
     (left,) = temp_files(tmp_path)
     assert (tmp_path / left).read_bytes() == b""
+
+
+def test_the_sweep_follows_no_link_below_the_destination(tmp_path: Path) -> None:
+    # The destination itself may be the user's link (./data -> /mnt/...); below it, a
+    # directory swapped for a link after the downloads leads the sweep nowhere.
+    real = tmp_path / "real"
+    (real / "a").mkdir(parents=True)
+    dest = tmp_path / "data"
+    dest.symlink_to(real)
+    top = real / ".t.0123abcd.asyncdl-tmp"
+    killed_writer(top)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    victim = outside / ".v.89abcdef.asyncdl-tmp"
+    killed_writer(victim)
+    (real / "a").rmdir()
+    (real / "a").symlink_to(outside)
+    assert dead_temps.remove_dead(dest, [dest, dest / "a"]) == 1
+    assert not top.exists()
+    assert victim.exists()

@@ -265,7 +265,7 @@ async def download_prefix(
                     await skips.remember(result)
                 yield result
         # What killed runs left where this one wrote: it would stay there for good.
-        await _remove_dead(places.visited)
+        await _remove_dead(places.root, places.visited)
     finally:
         if skips is not None:
             skips.close()

@@ -32,20 +32,22 @@ except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
 _FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_ROOT_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+_DIR_FLAGS = _ROOT_FLAGS | os.O_NOFOLLOW
 
 
-def remove_dead(directories: Iterable[Path]) -> int:
-    """Remove the temp files in ``directories`` that no live writer holds (never
-    through a link; only this user's regular files); return how many went."""
+def remove_dead(root: Path, directories: Iterable[Path]) -> int:
+    """Remove the temp files in ``directories`` (``root`` or below it) that no live
+    writer holds; return how many went. Only this user's regular files; each directory
+    is reached from ``root`` (which may be the user's own link) without following a
+    link below it, so one swapped in since leads nowhere."""
     if fcntl is None:  # pragma: no cover - Windows
         return 0
     removed = 0
     for directory in directories:
-        try:
-            dir_fd = os.open(directory, _DIR_FLAGS)
-        except OSError:
-            continue  # gone, or a link put there since
+        dir_fd = _open_below(root, directory)
+        if dir_fd is None:
+            continue
         try:
             for name in os.listdir(dir_fd):
                 if is_temp_file(name) and _remove_if_dead(dir_fd, name):
@@ -55,6 +57,24 @@ def remove_dead(directories: Iterable[Path]) -> int:
         finally:
             os.close(dir_fd)
     return removed
+
+
+def _open_below(root: Path, directory: Path) -> int | None:
+    try:
+        parts = directory.relative_to(root).parts
+        fd = os.open(root, _ROOT_FLAGS)
+    except (ValueError, OSError):
+        return None
+    for part in parts:
+        try:
+            inner = os.open(part, _DIR_FLAGS, dir_fd=fd)
+        except OSError:
+            inner = -1  # gone, or a link put there since
+        os.close(fd)
+        if inner < 0:
+            return None
+        fd = inner
+    return fd
 
 
 def _remove_if_dead(dir_fd: int, name: str) -> bool:

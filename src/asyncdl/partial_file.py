@@ -55,7 +55,6 @@ from .partial_paths import (
     NotRegular,
     Unusable,
     compaction_path,
-    lock,
     open_locked,
     open_regular,
     paths_for,
@@ -66,6 +65,7 @@ from .writer import (
     _Discarded,
     _fsync_directory,
     _mode_of,
+    hold,
     preallocate,
 )
 
@@ -329,15 +329,16 @@ class PartialFile(TempFile):
             remove_name(temp)
             try:
                 fd = os.open(temp, JOURNAL_FLAGS | os.O_CREAT | os.O_EXCL, 0o600)
-                break
             except FileExistsError:
                 continue
+            if hold(fd):
+                break
+            os.close(fd)  # a dead-temp sweep took it first (and removes it): again
         else:
             raise FileExistsError(
                 errno.EEXIST, "the journal's new file keeps being made", str(temp)
             )
         try:
-            lock(fd, self._busy, shared=False)  # a fresh file: nobody else holds it
             view = memoryview(content)
             while view:
                 view = view[os.write(fd, view) :]

@@ -160,19 +160,33 @@ def remove_name(path: Path) -> None:
         ) from None
 
 
-def remove_unheld(path: Path, busy: Busy) -> None:
-    """:func:`remove_name` of a journal's name that holds no journal of ours, unless
-    what it holds is locked: another user's download of the same target, in a shared
-    directory, whose files are not ours to trust, but whose names it publishes by
-    (``busy()`` is raised then). Its lock is held while the name is removed."""
+def remove_unheld(path: Path, busy: Busy, *, partial: Path | None = None) -> None:
+    """:func:`remove_name` of a journal's name that holds no journal of ours (and of
+    ``partial`` first, if given), unless what it holds is locked: another user's
+    download of the same target, in a shared directory, whose files are not ours to
+    trust, but whose names it publishes by (``busy()`` is raised then). Its lock is
+    held while the names go, and only if the name still holds the file locked (another
+    download may have made its own journal there since: then nothing is removed, and
+    the caller looks again)."""
     try:
         fd = os.open(path, _READ_FLAGS)
     except OSError:
-        remove_name(path)  # a link, a directory, a file we may not read: no lock to see
+        # A link, a directory, a file we may not read: no lock to see.
+        if partial is not None:
+            remove_name(partial)
+        remove_name(path)
         return
     try:
-        if stat.S_ISREG(os.fstat(fd).st_mode):
+        st = os.fstat(fd)
+        if stat.S_ISREG(st.st_mode):
             lock(fd, busy, shared=False)
+        try:
+            if not os.path.samestat(st, os.lstat(path)):
+                return
+        except FileNotFoundError:
+            return
+        if partial is not None:
+            remove_name(partial)
         remove_name(path)
     finally:
         os.close(fd)
@@ -214,8 +228,8 @@ def open_locked(
                 return None
             try:
                 fd = open_regular(path, flags | os.O_CREAT | os.O_EXCL)
-            except FileExistsError:
-                continue  # made meanwhile: opened (and locked) as any other
+            except (FileExistsError, NotRegular):
+                continue  # made, or made and replaced, meanwhile: looked at again
         except NotRegular:
             if not create:
                 raise
@@ -281,8 +295,7 @@ def remove_pair(partial: Path, path: Path, busy: Busy) -> bool:
     try:
         fd = open_locked(path, busy)
     except NotRegular:
-        remove_unheld(path, busy)
-        remove_name(partial)
+        remove_unheld(path, busy, partial=partial)
         return True
     try:
         if fd is None and not os.path.lexists(partial):

@@ -391,7 +391,7 @@ def hold(fd: int) -> bool:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         return False
-    return True
+    return os.fstat(fd).st_nlink > 0  # not removed by a sweep that let go just before
 
 
 def _b64(digest: bytes) -> str:
