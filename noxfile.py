@@ -57,7 +57,7 @@ COMPAT_TESTS = [
     "tests/test_download.py",
     "tests/test_bulk.py",
     "tests/test_stream.py",
-    "tests/test_url.py",
+    "tests/test_url_raw_http.py",
     "tests/test_resume.py",
     "tests/test_cli.py",
     "tests/test_object_response.py",
