@@ -1,0 +1,147 @@
+"""Runs one documentation page's examples as written, in this process, in page order.
+
+``python tests/docs_runner.py PAGE.md`` (started by ``tests/test_docs.py`` in a scratch
+directory, with the endpoint and credentials of moto's server in the environment, as a
+real deployment sets them):
+
+- the page's ``python`` blocks run in one namespace, as if pasted one after another
+  into ``python -m asyncio``: top-level ``await`` is allowed and runs on one event loop
+  that lasts the whole page; a block may also call ``asyncio.run`` itself;
+- its ``sh`` blocks run in ``bash -euo pipefail`` with ``asyncdl`` on the PATH;
+  ``pip install`` lines are not run: the extras they name must exist in
+  ``pyproject.toml``;
+- ``https://downloads.example.com/`` in an example stands for a plain web server and is
+  served from the bucket;
+- then ``tests/docs_checks/<page>.py``, when there is one, checks what the page did: its
+  ``check(namespace)`` is awaited with the page's namespace.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import importlib
+import inspect
+import os
+import re
+import subprocess
+import sys
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+#: Blocks in these languages run; the others are output, configuration or diagrams.
+RUN = {"python", "sh"}
+#: Every language a block may name: a block in another (``py``, ``bash``, ``pycon``)
+#: would be neither run nor obviously output, so it is refused.
+KNOWN = RUN | {"text", "toml", "yaml", "json", "mermaid", "http", "ini"}
+
+_FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>```+|~~~+)[ \t]*(?P<info>.*)$")
+_PIP = re.compile(r"^\s*(?:python3? -m )?pip install (?P<args>.*)$")
+_EXTRAS = re.compile(r"asyncdl\[(?P<extras>[^\]]*)\]")
+
+
+@dataclass(frozen=True)
+class Block:
+    lang: str
+    code: str
+    line: int  # the fence's line number, 1-based
+
+
+def blocks(text: str) -> list[Block]:
+    """The fenced blocks of a Markdown text, dedented by their fence's indent (a block
+    inside an admonition or a tab is indented)."""
+    found: list[Block] = []
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        opening = _FENCE.match(lines[i])
+        if opening is None:
+            i += 1
+            continue
+        indent, fence = opening["indent"], opening["fence"]
+        lang = opening["info"].split(" ", 1)[0].strip()
+        body: list[str] = []
+        j = i + 1
+        while j < len(lines) and lines[j].strip() != fence:
+            line = lines[j]
+            body.append(line[len(indent) :] if line.startswith(indent) else line.lstrip())
+            j += 1
+        found.append(Block(lang, "\n".join(body) + "\n", i + 1))
+        i = j + 1
+    return found
+
+
+def page_check_module(page: Path) -> str:
+    """``docs/guides/one-object.md`` -> ``tests.docs_checks.guides_one_object``."""
+    relative = page.resolve().relative_to(ROOT)
+    parts = relative.with_suffix("").parts
+    if parts[0] == "docs":
+        parts = parts[1:]
+    name = "_".join(parts).replace("-", "_").lower()
+    return f"tests.docs_checks.{name}"
+
+
+def _web_server(code: str) -> str:
+    base = os.environ.get("DOCS_WEB_BASE")
+    return code.replace("https://downloads.example.com/", base) if base else code
+
+
+def _extras() -> set[str]:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    return set(project["optional-dependencies"])
+
+
+def _shell(code: str, where: str) -> str:
+    """The script with its ``pip install`` lines checked and taken out."""
+    kept: list[str] = []
+    for line in code.splitlines():
+        pip = _PIP.match(line)
+        if pip is None:
+            kept.append(line)
+            continue
+        for named in _EXTRAS.finditer(pip["args"]):
+            unknown = {e.strip() for e in named["extras"].split(",")} - _extras()
+            if unknown:
+                raise SystemExit(f"{where}: no such extra {sorted(unknown)}: {line}")
+        kept.append(":")
+    return "\n".join(kept) + "\n"
+
+
+def run_page(page: Path) -> dict[str, Any]:
+    namespace: dict[str, Any] = {"__name__": "__main__"}
+    loop = asyncio.new_event_loop()
+    try:
+        for block in blocks(page.read_text()):
+            where = f"{page}:{block.line}"
+            if block.lang not in KNOWN:
+                raise SystemExit(f"{where}: a block in {block.lang!r}: use one of {sorted(KNOWN)}")
+            if block.lang == "python":
+                code = compile(
+                    _web_server(block.code), where, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+                )
+                result = eval(code, namespace)  # the page's own example
+                if inspect.isawaitable(result):
+                    loop.run_until_complete(result)
+            elif block.lang == "sh":
+                script = _web_server(_shell(block.code, where))
+                done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], check=False)
+                if done.returncode != 0:
+                    raise SystemExit(f"{where}: the sh block exited {done.returncode}")
+        try:
+            checks = importlib.import_module(page_check_module(page))
+        except ModuleNotFoundError as missing:
+            if missing.name != page_check_module(page):
+                raise
+        else:
+            loop.run_until_complete(checks.check(namespace))
+    finally:
+        loop.close()
+    return namespace
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    run_page(Path(sys.argv[1]))

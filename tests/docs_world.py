@@ -1,0 +1,84 @@
+"""The bucket the documentation's examples read: ``my-bucket`` and its objects.
+
+Every example in ``docs/`` and ``README.md`` runs against these objects on moto's
+server (``tests/test_docs.py``); an example names only keys listed here.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+BUCKET = "my-bucket"
+MiB = 2**20
+
+
+def _bytes(size: int, seed: int) -> bytes:
+    return random.Random(f"docs-{seed}-{size}").randbytes(size)
+
+
+def _csv(quarter: str, rows: int) -> bytes:
+    lines = ["date,region,amount"]
+    lines += [f"{quarter}-{day:02d},eu-west-1,{day * 37 % 1000}" for day in range(1, rows + 1)]
+    return ("\n".join(lines) + "\n").encode()
+
+
+#: Key -> body.
+OBJECTS: dict[str, bytes] = {
+    "path/to/key": _bytes(1000, 0),
+    "other/key": _bytes(3 * MiB + 1, 1),
+    "reports/a.csv": b"a,1\n",
+    "reports/b.csv": b"b,2\n",
+    "reports/2026/q1.csv": _csv("2026-q1", 90),
+    "reports/2026/q2.csv": _csv("2026-q2", 91),
+    "reports/2025/q4.csv": _csv("2025-q4", 92),
+    "logs/2026/01.json": b'{"day": 1}',
+    "logs/2026/02/03.json": b'{"day": 3}',
+    "video.mp4": _bytes(300_000, 2),
+    "videos/intro.mp4": _bytes(2 * MiB + 17, 3),
+    "small.json": b'{"small": true}',
+    "config/app.json": b'{"feature": "on", "workers": 4}\n',
+    "photos/2026/cat.jpg": _bytes(48_000, 4),
+    "photos/2026/dog.jpg": _bytes(52_000, 5),
+    "photos/2026/notes.txt": b"holiday photos\n",
+    "datasets/big.bin": _bytes(20 * MiB + 3, 6),
+    "public/index.html": b"<!doctype html><title>hello</title><p>hello</p>\n",
+    "public/data.csv": _csv("2026-q3", 10),
+    "checked/data.bin": _bytes(5 * MiB, 7),
+}
+
+#: Keys stored with a whole-object checksum of this algorithm (S3's own); the others
+#: are stored with none, as objects written by older tools are.
+CHECKSUMS: dict[str, str] = {
+    "checked/data.bin": "SHA256",
+    "reports/2026/q1.csv": "CRC32",
+}
+
+#: Content types the objects are stored with (S3 keeps what the uploader said).
+CONTENT_TYPES: dict[str, str] = {
+    "video.mp4": "video/mp4",
+    "videos/intro.mp4": "video/mp4",
+    "public/index.html": "text/html",
+    "public/data.csv": "text/csv",
+    "photos/2026/cat.jpg": "image/jpeg",
+    "photos/2026/dog.jpg": "image/jpeg",
+}
+
+#: What the examples write as a URL of a plain web server; the test serves it from the
+#: bucket (moto answers unsigned GETs) so a URL example runs as written.
+WEB_BASE = "https://downloads.example.com/"
+
+
+def seed(s3: Any) -> None:
+    """Create ``my-bucket`` (if moto does not hold it yet) and put every object. ``s3``
+    must store no checksum unless asked (``Config(request_checksum_calculation=
+    "when_required")``), so that only ``CHECKSUMS`` have one."""
+    if BUCKET not in {b["Name"] for b in s3.list_buckets()["Buckets"]}:
+        s3.create_bucket(Bucket=BUCKET)
+    for key, body in OBJECTS.items():
+        extra: dict[str, str] = {}
+        if key in CHECKSUMS:
+            extra["ChecksumAlgorithm"] = CHECKSUMS[key]
+        if key in CONTENT_TYPES:
+            extra["ContentType"] = CONTENT_TYPES[key]
+        s3.put_object(Bucket=BUCKET, Key=key, Body=body, **extra)
