@@ -9,7 +9,8 @@ real deployment sets them):
   that lasts the whole page; a block may also call ``asyncio.run`` itself;
 - its ``sh`` blocks run in ``bash -euo pipefail`` with ``asyncdl`` on the PATH;
   ``pip install`` lines are not run: the extras they name must exist in
-  ``pyproject.toml``;
+  ``pyproject.toml``; nor are ``python3 -m nox`` lines (the suite cannot run itself):
+  the sessions they name must exist in ``noxfile.py``;
 - ``https://downloads.example.com/`` in an example stands for a plain web server and is
   served from the bucket;
 - then ``tests/docs_checks/<page>.py``, when there is one, checks what the page did: its
@@ -41,6 +42,7 @@ KNOWN = RUN | {"text", "toml", "yaml", "json", "mermaid", "http", "ini"}
 _FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>```+|~~~+)[ \t]*(?P<info>.*)$")
 _PIP = re.compile(r"^\s*(?:python3? -m )?pip install (?P<args>.*)$")
 _EXTRAS = re.compile(r"asyncdl\[(?P<extras>[^\]]*)\]")
+_NOX = re.compile(r"python3 -m nox -s (?P<sessions>[\w ]+?)(?: --|\s*#|$)")
 
 
 @dataclass(frozen=True)
@@ -94,10 +96,21 @@ def _extras() -> set[str]:
     return set(project["optional-dependencies"])
 
 
+def _sessions() -> set[str]:
+    return set(re.findall(r"^def (\w+)\(session", (ROOT / "noxfile.py").read_text(), re.M))
+
+
 def _shell(code: str, where: str) -> str:
-    """The script with its ``pip install`` lines checked and taken out."""
+    """The script with its ``pip install`` and ``nox`` lines checked and taken out."""
     kept: list[str] = []
     for line in code.splitlines():
+        nox = _NOX.search(line)
+        if nox is not None:
+            unknown = set(nox["sessions"].split()) - _sessions()
+            if unknown:
+                raise SystemExit(f"{where}: no such nox session {sorted(unknown)}: {line}")
+            kept.append(":")
+            continue
         pip = _PIP.match(line)
         if pip is None:
             kept.append(line)

@@ -65,8 +65,10 @@ CONTENT_TYPES: dict[str, str] = {
 }
 
 #: What the examples write as a URL of a plain web server; the test serves it from the
-#: bucket (moto answers unsigned GETs) so a URL example runs as written.
+#: bucket, where the objects under ``public/`` may be read without signing (public-read),
+#: so ``https://downloads.example.com/public/data.csv`` runs as written.
 WEB_BASE = "https://downloads.example.com/"
+PUBLIC = "public/"
 
 
 def seed(s3: Any) -> None:
@@ -81,4 +83,6 @@ def seed(s3: Any) -> None:
             extra["ChecksumAlgorithm"] = CHECKSUMS[key]
         if key in CONTENT_TYPES:
             extra["ContentType"] = CONTENT_TYPES[key]
+        if key.startswith(PUBLIC):
+            extra["ACL"] = "public-read"
         s3.put_object(Bucket=BUCKET, Key=key, Body=body, **extra)
