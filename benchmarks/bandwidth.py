@@ -1,4 +1,4 @@
-"""Bandwidth-cap benchmark (issue 16): capped downloads' wall time and the client's CPU.
+"""Bandwidth-cap benchmark: capped downloads' wall time and the client's CPU.
 
 Objects of random bytes on a server the benchmark starts (fast-moto by default),
 behind the test proxy (no cap of its own: it counts the GETs, the answers open at

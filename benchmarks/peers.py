@@ -302,7 +302,7 @@ def run_command(job: Job, meter: Meter, command: Callable[[Job], list[str]]) -> 
 RUNNERS: dict[str, Callable[[Job, Meter], list[str]]] = {
     "asyncdl-get-first": lambda job, m: asyncio.run(run_asyncdl(job, m, "get-first")),
     "asyncdl-head-first": lambda job, m: asyncio.run(run_asyncdl(job, m, "head-first")),
-    # The validation modes side by side (issue: verified downloads): listing metadata
+    # The validation modes side by side: listing metadata
     # lets small objects be verified in their one GET; "required" makes GET-first send
     # a HEAD alongside; "-off" turns checking off.
     "asyncdl-prefix": lambda job, m: asyncio.run(run_asyncdl(job, m, "auto", prefix=True)),

@@ -1,4 +1,4 @@
-"""Serving benchmark (issue 17): ``object_response`` under load from one uvicorn worker.
+"""Serving benchmark: ``object_response`` under load from one uvicorn worker.
 
 The app (one route, ``object_response``) runs under uvicorn in a process of its own,
 so its RSS is its own; S3 (``--server``, as batch.py's) sits behind the test proxy,

@@ -48,7 +48,7 @@ from servers import SERVERS, Seeding, seed, seeding_client, serve
 TOOLS = ("asyncdl", "s5cmd", "aws")
 #: Each tool's own concurrency when not told.
 DEFAULTS = {"asyncdl": 10, "s5cmd": 256, "aws": 10}
-#: What shows a tool is there: asyncdl's sync command did not exist before issue 15.
+#: What shows a tool is there: a version of asyncdl without the sync command lacks it.
 ASK = {"asyncdl": ["sync", "--help"], "s5cmd": ["version"], "aws": ["--version"]}
 PHASES = ("first", "unchanged", "changed")
 KINDS = ("LIST", "GET", "HEAD", "other")

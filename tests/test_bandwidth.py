@@ -1,4 +1,4 @@
-"""The bandwidth cap (issue 16): the token bucket's arithmetic on a fake clock, then
+"""The bandwidth cap: the token bucket's arithmetic on a fake clock, then
 capped downloads, streams and commands through the recording proxy to moto.
 
 Timing is bounded below only: the cap lets at most a tenth of a second's worth

@@ -116,7 +116,7 @@ async def test_a_range_at_the_end_with_if_match_is_a_416(
 async def test_a_store_that_ignores_range_and_sends_no_length_is_no_500_and_holds_nothing(
     s3: Any, bucket: str, proxy: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The engine reads such an answer to its end (issue 22 item 1): stream.size is
+    """The engine reads such an answer to its end: stream.size is
     None after open(), `assert stream.size is not None` raises, and nothing closes the
     stream: its budget slot stays taken. Two such requests and the app hangs."""
     s3.put_object(Bucket=bucket, Key="c.bin", Body=payload(5000))

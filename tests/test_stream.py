@@ -158,7 +158,7 @@ async def test_open_gives_headers_before_the_body(
         assert [piece async for piece in empty] == []
 
 
-# -- a stream that is opened and never iterated (issue 11, item 1) --------------------
+# -- a stream that is opened and never iterated --
 #: The budget of the engine below: every leaked first response takes one slot of it.
 BUDGET = 2
 #: How the first answer comes: a 206 for the range asked, the whole object (a server

@@ -125,7 +125,7 @@ async def test_write_crc_matches_the_bytes(tmp_path: Path) -> None:
     assert (tmp_path / "big").read_bytes() == (tmp_path / "small").read_bytes() == data
 
 
-# -- names, modes, durability, publishing (issue 11, items 13-16) ----------------------
+# -- names, modes, durability, publishing --
 
 #: Names of exactly 255 bytes (the usual NAME_MAX), in 1- to 4-byte UTF-8 characters.
 LONG_NAMES = {
