@@ -33,13 +33,22 @@ from .strategies import Strategy
 
 @dataclass(frozen=True, slots=True)
 class DownloadRequest:
-    """One object to download, with what is known of it (from a listing, say)."""
+    """One object to download, with what is known of it (from a listing, say): an
+    item of :meth:`~asyncdl.Engine.download_many`."""
 
+    #: The object's bucket.
     bucket: str
+    #: The object's key.
     key: str
+    #: Where to write it.
     path: str | os.PathLike[str]
+    #: The object's size, when known. With ``etag`` too, no discovery request is
+    #: sent and every GET is pinned to that ETag from the first byte.
     size: int | None = None
+    #: The object's ETag, when known (quoted, as S3 lists it).
     etag: str | None = None
+    #: GetObject arguments for this object (``VersionId``, SSE-C...), in place of
+    #: the batch's ``extra_args``.
     extra_args: ExtraArgs | None = field(default=None)
     #: S3's checksum, ``"ALGORITHM:base64"``, when known.
     checksum: str | None = None

@@ -18,9 +18,12 @@ MAX_CHUNK_SIZE = 5 * GiB
 
 @dataclass(frozen=True, slots=True)
 class TransferConfig:
-    """How an :class:`~asyncdl.Engine` downloads.
+    """How an :class:`~asyncdl.Engine` downloads:
+    ``Engine(config=TransferConfig(max_concurrency=64))``.
 
     Every field is validated on construction; a bad value raises ``ValueError``.
+    Frozen: ``dataclasses.replace(config, chunk_size=16 * 1024 * 1024)`` makes a
+    changed copy.
     """
 
     #: Bytes per ranged GET. An object no larger than this is fetched in one request.
@@ -30,8 +33,8 @@ class TransferConfig:
     max_concurrency: int = 10
     #: Lower the number of requests in flight when S3 throttles (503 SlowDown), for
     #: every download of the engine, and raise it again slowly as requests succeed,
-    #: never above ``max_concurrency`` (see ``asyncdl.adaptive``). False: always
-    #: ``max_concurrency``.
+    #: never above ``max_concurrency`` (the guide *Throttling, bandwidth and metrics*
+    #: says how). False: always ``max_concurrency``.
     adaptive: bool = True
     #: Attempts per request (first try included) before a part gives up.
     max_attempts: int = 5
@@ -42,7 +45,7 @@ class TransferConfig:
     #: Bytes a part gathers from the network before one (vectored) write to the file.
     #: Bounds memory per in-flight part: no part body is held whole. With more than 10
     #: requests in flight each part gathers less, so the engine's parts gather about
-    #: 10 MiB all together (``parts.BUFFERED``) whatever ``max_concurrency``.
+    #: 10 MiB all together whatever ``max_concurrency``.
     write_size: int = 1 * MiB
     #: Base delay of the full-jitter exponential backoff between attempts, in seconds.
     backoff_base: float = 0.1
@@ -51,22 +54,25 @@ class TransferConfig:
     #: fsync the temp file before it replaces the target, and its directory after the
     #: rename (durability against power loss, at a cost per file).
     fsync: bool = False
-    #: Send GETs through asyncdl's lean signed path (botocore prepares one request per
-    #: bucket; see ``asyncdl.signed_get``). False sends every GET with ``get_object``.
+    #: Send GETs through asyncdl's lean signed path: botocore prepares one request per
+    #: bucket and asyncdl signs each GET from it, which saves most of the CPU a tiny
+    #: object costs; what it cannot reproduce exactly goes through ``get_object``.
+    #: False sends every GET with ``get_object``.
     lean_get: bool = True
     #: Checksum policy: ``"when_available"`` (check every checksum the responses
     #: carry, send nothing extra for one), ``"required"`` (fail unless verified), or
-    #: ``"off"``. See ``asyncdl.verify``.
+    #: ``"off"``. The guide *Integrity* says what each checks.
     validate: str = "when_available"
     #: Keep a failed, cancelled or killed download's partial file and its journal next
     #: to the target, and continue it the next time the same object is downloaded to
-    #: the same path (see ``asyncdl.resume``). False: a failed download leaves nothing.
+    #: the same path (the guide *Resume and sync* says more). False: a failed download
+    #: leaves nothing.
     resume: bool = False
     #: Parts a ``stream()`` fetches ahead of its reader; memory is about this many
     #: ``chunk_size`` buffers per stream.
     stream_prefetch: int = 4
     #: Bytes per second that every download and stream of the engine reads at most,
-    #: all together (``None``: no cap). See ``asyncdl.bandwidth``.
+    #: all together (``None``: no cap).
     max_bandwidth: int | None = None
 
     def __post_init__(self) -> None:

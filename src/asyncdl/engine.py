@@ -42,6 +42,7 @@ class Engine:
     def __init__(self, client: Any = None, *, config: TransferConfig | None = None) -> None:
         if config is not None and not isinstance(config, TransferConfig):
             raise ValueError(f"config must be a TransferConfig, got {config!r}")
+        #: The settings every download, stream and listing of this engine uses.
         self.config = config or TransferConfig()
         self._client = client
         self._owns_client = client is None
@@ -98,7 +99,7 @@ class Engine:
 
     @property
     def client(self) -> Any:
-        """The aiobotocore S3 client in use."""
+        """The aiobotocore S3 client in use (the engine must be open)."""
         return self._context.client
 
     def stats(self) -> EngineStats:
@@ -134,7 +135,15 @@ class Engine:
         checksum: str | None = None,
         progress: ProgressCallback | None = None,
     ) -> DownloadResult:
-        """Download ``s3://bucket/key`` to ``path``.
+        """Download ``s3://bucket/key`` to ``path``; return what was written, or raise
+        the :class:`DownloadError` (a subclass) that says why it could not be.
+
+        ``strategy``: how the download learns the object's size and ETag:
+        ``"get-first"``, ``"head-first"``, ``"auto"`` (GET-first with a client asyncdl
+        creates), or a :class:`Strategy`. ``extra_args``: GetObject arguments sent with
+        every request of the download (``VersionId``, the ``SSECustomer...`` ones,
+        ``RequestPayer``, ``ExpectedBucketOwner``, ``ChecksumMode``); any other raises
+        :class:`InvalidRequestError` before anything is sent.
 
         ``progress(delta, total)`` or ``progress(delta)`` (sync or async, as boto3's
         ``Callback`` and tqdm's ``update``) is called as bytes reach the file, with the
@@ -155,7 +164,8 @@ class Engine:
         writes more than once keeps its partial file on failure (it raises
         ``TargetBusyError`` if another download holds it), and one that finds an
         earlier attempt's fetches only what is missing: ``result.reused_bytes`` and
-        ``result.partial_discarded`` tell what became of it (see ``asyncdl.resume``).
+        ``result.partial_discarded`` tell what became of it (the guide *Resume and
+        sync* says more).
         """
         ctx = self._context
         job = await jobs.check(
@@ -375,11 +385,12 @@ class Engine:
         listed size; ``"etag"`` also needs the record made when asyncdl wrote the file
         to hold the listed ETag and still vouch for the file (the same bucket, key and
         path under ``dest_dir`` as when written, the same size and mtime: a file
-        changed, moved or copied since is fetched again). A skipped object yields a result with
-        ``skipped=True`` and ``requests=0``, and nothing is sent for it; with either
+        changed, moved or copied since is fetched again). A skipped object yields a result
+        with ``skipped=True`` and ``requests=0``, and nothing is sent for it; with either
         mode every file downloaded is recorded (xattr ``user.asyncdl.etag``, else
         ``dest_dir/.asyncdl-etags/``). ``filters``: ``("exclude" | "include",
-        pattern)`` pairs with the AWS CLI's meaning (see :mod:`asyncdl.filters`); an
+        pattern)`` pairs with the AWS CLI's meaning, matched against the key relative to
+        ``prefix`` (``*`` matches ``/`` too; the last filter that matches decides); an
         excluded key is neither downloaded nor yielded.
 
         ``listed(objects, size)``, when given, is called once the listing has ended

@@ -21,12 +21,19 @@ def source_name(bucket: str, key: str) -> str:
 
 class DownloadError(Exception):
     """Root of asyncdl's errors: a download of ``bucket``/``key`` failed (of a URL:
-    ``bucket`` is ``""`` and ``key`` the URL without its query string)."""
+    ``bucket`` is ``""`` and ``key`` the URL without its query string).
+
+    ``str(error)`` is ``"s3://bucket/key: message"``. The botocore or aiohttp
+    exception behind it, if any, is its ``__cause__``.
+    """
 
     def __init__(self, message: str, *, bucket: str, key: str) -> None:
         super().__init__(message)
+        #: What went wrong, without the object's name (``str(error)`` adds it).
         self.message = message
+        #: The bucket of the object (``""`` for a URL download).
         self.bucket = bucket
+        #: The object's key (for a URL download, the URL without its query string).
         self.key = key
         #: S3 requests the failed download made before it gave up.
         self.requests = 0

@@ -13,9 +13,11 @@ from .retry import with_retries
 
 @dataclass(frozen=True, slots=True)
 class ObjectInfo:
-    """What a HEAD request says of an object."""
+    """What a HEAD request says of an object (:meth:`~asyncdl.Engine.head`)."""
 
+    #: The object's size in bytes.
     size: int
+    #: The object's ETag, quoted as S3 sends it (``None`` if the answer had none).
     etag: str | None
     #: The answer's HTTP headers, lower-case names (Content-Type, Last-Modified...).
     headers: Mapping[str, str]

@@ -10,9 +10,13 @@ from .errors import DownloadError
 
 @dataclass(frozen=True, slots=True)
 class DownloadResult:
-    """One object written to ``path``."""
+    """One object written to ``path``: what :meth:`~asyncdl.Engine.download` returns,
+    and what the bulk downloads yield for each item (then ``error`` holds a failure).
+    """
 
+    #: The object's bucket (``""`` for a URL download).
     bucket: str
+    #: The object's key (for a URL download, the URL without its query string).
     key: str
     #: Where the object now is.
     path: Path
@@ -45,4 +49,5 @@ class DownloadResult:
 
     @property
     def ok(self) -> bool:
+        """Whether the object was downloaded or skipped: ``error`` is ``None``."""
         return self.error is None

@@ -90,6 +90,7 @@ class RequestCounts:
 
     @property
     def total(self) -> int:
+        """Every request of this kind, whatever became of it."""
         return (
             self.ok
             + self.throttled
@@ -122,10 +123,12 @@ class EngineStats:
     #: Requests the engine lets in flight now (``max_concurrency`` unless adaptive
     #: concurrency has lowered it).
     concurrency_limit: int
+    #: The engine's ``TransferConfig.max_concurrency``.
     max_concurrency: int
-    #: Downloads to a file that completed, and that failed (streams are not objects
-    #: here: their requests and bytes are counted above).
+    #: Downloads to a file that completed (streams are not objects here: their
+    #: requests and bytes are counted above).
     objects_done: int
+    #: Downloads to a file that failed.
     objects_failed: int
 
     @property

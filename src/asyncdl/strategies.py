@@ -44,8 +44,14 @@ class Discovery:
 
 @runtime_checkable
 class Strategy(Protocol):
-    """What runs before the parts: pass an instance wherever a strategy name is taken."""
+    """What runs before the parts: pass an instance wherever a strategy name is taken.
 
+    :class:`GetFirst` and :class:`HeadFirst` are the two asyncdl has. The types
+    ``discover`` takes and returns are internal and may change in any minor release:
+    a strategy of your own is for tests and experiments.
+    """
+
+    #: The name a result reports in ``strategy``.
     name: str
 
     async def discover(
@@ -61,11 +67,13 @@ class GetFirst:
     An object that fits in one chunk is done in that one request.
     """
 
+    #: The name it is known by: ``strategy="get-first"``.
     name = "get-first"
 
     async def discover(
         self, obj: S3Object, *, chunk_size: int, size: int | None, etag: str | None
     ) -> Discovery:
+        """A ranged GET of ``[0, chunk_size)``, left open so its body is written."""
         try:
             response = await obj.get(ByteRange(0, chunk_size), if_match=etag)
         except RangeNotSatisfiable as exc:
@@ -115,11 +123,13 @@ class HeadFirst:
     """A HEAD first; then one plain GET for an object that fits in a chunk, or ranged
     GETs for a larger one. Every GET is pinned to the HEAD's ETag."""
 
+    #: The name it is known by: ``strategy="head-first"``.
     name = "head-first"
 
     async def discover(
         self, obj: S3Object, *, chunk_size: int, size: int | None, etag: str | None
     ) -> Discovery:
+        """A HEAD; then, for an object that fits in one chunk, the plain GET of it."""
         meta = await obj.head(if_match=etag)
         if size is not None and meta.size != size:
             raise obj.error(

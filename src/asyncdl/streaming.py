@@ -65,7 +65,8 @@ def check_parts(chunk_size: int, prefetch: int, *, bucket: str, key: str) -> Non
 
 
 class ObjectStream:
-    """The bytes ``[start, end)`` of an object, in order: an async iterator.
+    """The bytes ``[start, end)`` of an object, in order: an async iterator, which
+    :meth:`~asyncdl.Engine.stream` and :meth:`~asyncdl.Engine.stream_url` return.
 
     The first request goes out on :meth:`open` (or the first iteration); after it,
     ``size`` (the object's), ``etag`` and ``length`` (the bytes this stream yields)
@@ -116,6 +117,7 @@ class ObjectStream:
                 bucket=bucket,
                 key=key,
             )
+        #: The object's bucket and key (of a URL: ``""`` and the URL without its query).
         self.bucket, self.key = bucket, key
         self._ctx = ctx
         self._obj = ctx.s3_object(bucket, key, args) if url is None else ctx.url_object(url)
@@ -123,9 +125,11 @@ class ObjectStream:
         self._obj.unknown_length_ok = True
         self._start, self._end = start, end
         self._chunk_size, self._prefetch = chunk_size, prefetch
-        #: The object's size, its ETag, and how many bytes this stream yields.
+        #: The object's size (``None`` until :meth:`open`).
         self.size: int | None = None
+        #: The object's ETag, as the first answer gave it (``None`` until :meth:`open`).
         self.etag: str | None = None
+        #: How many bytes this stream yields (``None`` until :meth:`open`).
         self.length: int | None = None
         #: The first answer's HTTP headers, lower-case names (empty when no body was
         #: asked for: an empty object, or a range that starts at its end).
