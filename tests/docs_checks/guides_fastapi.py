@@ -1,0 +1,58 @@
+"""docs/guides/fastapi.md: the app it builds answered as the page says (its own
+in-process test ran), and the lifespan that freezes start-up opens the engine."""
+
+from __future__ import annotations
+
+import gc
+import json
+from typing import Any
+
+import httpx
+
+from ..docs_world import OBJECTS
+
+
+async def check(namespace: dict[str, Any]) -> None:
+    video = OBJECTS["video.mp4"]
+    whole = namespace["whole"]
+    assert whole.status_code == 200
+    assert whole.content == video
+    assert whole.headers["content-type"] == "video/mp4"
+    assert whole.headers["x-content-type-options"] == "nosniff"
+    assert whole.headers["accept-ranges"] == "bytes"
+    part = namespace["part"]
+    assert (part.status_code, part.content) == (206, video[100:200])
+    again = namespace["again"]
+    assert (again.status_code, again.content) == (304, b"")
+    assert again.headers["etag"] == whole.headers["etag"]
+    missing = namespace["missing"]
+    assert missing.status_code == 404
+    assert "my-bucket" not in missing.text
+    assert "no/such" not in missing.text
+    saved = namespace["saved"]
+    assert saved.status_code == 200
+    assert saved.content == b""
+    assert saved.headers["content-disposition"] == 'attachment; filename="cat.jpg"'
+    assert saved.headers["content-length"] == str(len(OBJECTS["photos/2026/cat.jpg"]))
+    assert namespace["settings"] == json.loads(OBJECTS["config/app.json"])
+
+    # The last app: its own lifespan runs inside asyncdl's, with the engine open.
+    app = namespace["app"]
+    frozen = gc.get_freeze_count()
+    async with app.router.lifespan_context(app):
+        assert gc.get_freeze_count() > frozen
+        assert app.state.asyncdl_engine.stats().gets.ok == 0
+        # The page's routes, mounted on this app too, work with its engine.
+        app.add_api_route("/objects/{key:path}", namespace["get_object"], methods=["GET", "HEAD"])
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://app") as http:
+            notes = await http.get("/objects/photos/2026/notes.txt")
+            html = await http.head("/objects/public/index.html")
+    gc.unfreeze()
+    # Stored without a type: a passive type is guessed from the name.
+    assert notes.content == OBJECTS["photos/2026/notes.txt"]
+    assert notes.headers["content-type"] == "text/plain"
+    # Stored with one: sent as stored; a HEAD has the GET's headers and no body.
+    assert html.headers["content-type"] == "text/html"
+    assert html.headers["content-length"] == str(len(OBJECTS["public/index.html"]))
+    assert html.content == b""
