@@ -2,14 +2,17 @@
 answer to a GET or HEAD of an object as browsers, players, download managers and
 caches expect it (Range, If-Range, If-None-Match, If-Match...).
 
-    from fastapi import FastAPI, Request, Response
-    from asyncdl.contrib.fastapi import EngineDep, lifespan, object_response
+```python
+import asyncdl
+from fastapi import FastAPI, Request, Response
+from asyncdl.contrib.fastapi import EngineDep, lifespan, object_response
 
-    app = FastAPI(lifespan=lifespan(config=asyncdl.TransferConfig(max_concurrency=64)))
+app = FastAPI(lifespan=lifespan(config=asyncdl.TransferConfig(max_concurrency=64)))
 
-    @app.api_route("/files/{key:path}", methods=["GET", "HEAD"])
-    async def files(key: str, request: Request, engine: EngineDep) -> Response:
-        return await object_response(engine, "bucket", key, request)
+@app.api_route("/files/{key:path}", methods=["GET", "HEAD"])
+async def files(key: str, request: Request, engine: EngineDep) -> Response:
+    return await object_response(engine, "my-bucket", key, request)
+```
 
 Requests share the engine's one client, connection pool and concurrency budget;
 no client is created per request. Needs the ``asyncdl[fastapi]`` extra.
@@ -90,6 +93,7 @@ def get_engine(request: Request) -> Engine:
     return engine
 
 
+#: A route's parameter ``engine: EngineDep`` receives the app's engine.
 EngineDep = Annotated[Engine, Depends(get_engine)]
 
 
@@ -97,8 +101,9 @@ EngineDep = Annotated[Engine, Depends(get_engine)]
 #: a slow client holds at most about ``SERVE_PREFETCH * SERVE_CHUNK_SIZE`` bytes of
 #: its object (1 MiB), not the engine's ``stream_prefetch * chunk_size`` (32 MiB by
 #: default), and no S3 connection waits for it (each part is read as fast as S3 sends
-#: it, then its slot is free). See benchmarks/README.md, "Issue 17".
+#: it, then its slot is free).
 SERVE_CHUNK_SIZE = 512 * KiB
+#: Parts a serving stream fetches ahead of the client (see ``SERVE_CHUNK_SIZE``).
 SERVE_PREFETCH = 2
 #: Answers prepared before giving up on an object that changes under each of them.
 _ATTEMPTS = 3

@@ -58,10 +58,14 @@ _ENTITY_TAG = re.compile(r'[\s,]*((?:W/)?"[^"]*")\s*(?:,|$)', re.ASCII)  # §5.6
 @dataclass(frozen=True, slots=True)
 class RangeSpec:
     """One ``bytes=`` range: ``first-last``, ``first-`` (``end`` is ``None``) or the
-    last ``suffix`` bytes (``-suffix``: ``start`` is ``None``)."""
+    last ``suffix`` bytes (``-suffix``: ``start`` is ``None``). Half-open, as every
+    range in code: ``bytes=0-99`` is ``RangeSpec(0, 100)``."""
 
+    #: The first byte asked for; ``None`` for a suffix range.
     start: int | None
+    #: One past the last byte asked for; ``None`` for "to the end".
     end: int | None = None
+    #: For a suffix range (``-suffix``), how many bytes at the end of the object.
     suffix: int = 0
 
     def resolve(self, size: int) -> tuple[int, int] | None:
@@ -137,8 +141,11 @@ def content_disposition(filename: str, disposition: str = "attachment") -> str:
 class Validators:
     """What the answer depends on: the object's size, ETag and Last-Modified."""
 
+    #: The object's size in bytes.
     size: int
+    #: The object's ETag, quoted (``None`` when it has none).
     etag: str | None
+    #: The object's ``Last-Modified``, as the HTTP header has it.
     last_modified: str | None = None
 
 
@@ -147,21 +154,32 @@ class Answer:
     """The status, and for 200 and 206 the bytes ``[start, end)`` to send (``end``
     ``None``: to the end of an object whose size is not known yet)."""
 
+    #: 200, 206, 304, 412 or 416.
     status: int
+    #: The first byte to send.
     start: int = 0
+    #: One past the last byte to send (``None``: to the end of the object).
     end: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Asked:
-    """What a GET or HEAD request asks: a range, and the conditions on it."""
+    """What a GET or HEAD request asks: a range, and the conditions on it.
+    ``Asked.from_headers(method, headers).answer(validators)`` is the whole decision."""
 
+    #: ``"GET"`` or ``"HEAD"``.
     method: str
+    #: The ranges of the ``Range`` header (``None``: none, or one to ignore).
     ranges: tuple[RangeSpec, ...] | None = None
+    #: The ``If-Range`` header, as sent.
     if_range: str | None = None
+    #: The ``If-Match`` header, as sent.
     if_match: str | None = None
+    #: The ``If-None-Match`` header, as sent.
     if_none_match: str | None = None
+    #: The ``If-Modified-Since`` date (``None`` when absent or malformed).
     if_modified_since: datetime | None = None
+    #: The ``If-Unmodified-Since`` date (``None`` when absent or malformed).
     if_unmodified_since: datetime | None = None
 
     @classmethod

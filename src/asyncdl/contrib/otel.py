@@ -7,21 +7,21 @@ OpenTelemetry is imported unless this module is.
 
 The instruments (one meter, ``asyncdl``):
 
-========================== ================= =========================================
-name                       kind              attributes
-========================== ================= =========================================
-``asyncdl.requests``       counter           ``kind`` (get, head, list), ``outcome``
-                                             (ok, throttled, client_error,
-                                             server_error, network_error, cancelled)
-``asyncdl.bytes_received`` counter (By)      none
-``asyncdl.retries``        counter           none
-``asyncdl.throttles``      counter           none
-``asyncdl.objects``        counter           ``outcome`` (done, failed)
-``asyncdl.concurrency``    gauge             ``limit`` (current, max)
-========================== ================= =========================================
+| name | kind | attributes |
+|---|---|---|
+| ``asyncdl.requests`` | counter | ``kind``, ``outcome`` (below) |
+| ``asyncdl.bytes_received`` | counter (By) | none |
+| ``asyncdl.retries`` | counter | none |
+| ``asyncdl.throttles`` | counter | none |
+| ``asyncdl.objects`` | counter | ``outcome`` (done, failed) |
+| ``asyncdl.concurrency`` | gauge | ``limit`` (current, max) |
 
-Every one also carries the ``engine`` attribute given to :func:`instrument`, so one
-process's engines stay apart.
+A request's ``kind`` is get, head or list; its ``outcome`` is ok, throttled,
+client_error, server_error, network_error or cancelled (as in
+:class:`~asyncdl.RequestCounts`).
+
+Every one also carries the ``engine`` attribute (the ``name`` given to
+:func:`instrument`), so one process's engines stay apart.
 """
 
 from __future__ import annotations

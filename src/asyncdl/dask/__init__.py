@@ -6,7 +6,7 @@ one long-lived Engine (one client, one connection pool, one request budget). A
 partition whose worker dies is run again by Dask: downloads go to temp files that
 ``os.replace`` publishes, so a retried partition leaves no duplicate and no half
 file, and the temp files of the killed process are removed when the run ends
-(that run's only: ``_sweep``). Workers take their endpoint, credentials and any
+(that run's only). Workers take their endpoint, credentials and any
 SSE-C key from their own environment: no secret goes through the scheduler.
 """
 
@@ -72,17 +72,21 @@ def download_manifest(
 ) -> ManifestSummary:
     """Download every object of ``manifest`` under ``dest_dir`` on the cluster.
 
-    ``manifest``: an iterable of ``DownloadRequest`` or ``(bucket, key)`` items, a
-    Dask DataFrame or bag (``bucket``, ``key``; optionally ``size``, ``etag``,
-    ``path``), or the path of a CSV (with a header) or Parquet listing. Each object
-    lands at ``dest_dir/<key>`` (or ``dest_dir/<path>``), confined to ``dest_dir``.
-    ``partition_size``: objects per task (1000 for iterables and files; a Dask
-    collection keeps its own partitions unless it is given). ``skip_existing``:
-    ``"size"`` or ``"etag"`` skips targets already there (see the README).
-    ``sse_customer_key_env``: the name of an environment variable that holds the
-    SSE-C key (base64) on every worker; a key in ``extra_args`` is refused, since it
-    would travel through the scheduler. ``client``: the Dask client (default: the
-    current one).
+    - ``manifest``: an iterable of ``DownloadRequest`` or ``(bucket, key)`` items, a
+      Dask DataFrame or bag (``bucket``, ``key``; optionally ``size``, ``etag``,
+      ``path``), or the path of a CSV (with a header) or Parquet listing. Each object
+      lands at ``dest_dir/<key>`` (or ``dest_dir/<path>``), confined to ``dest_dir``.
+    - ``partition_size``: objects per task (1000 for iterables and files; a Dask
+      collection keeps its own partitions unless it is given).
+    - ``skip_existing``: ``"size"`` or ``"etag"`` skips targets already there, as
+      :meth:`asyncdl.Engine.download_prefix` does.
+    - ``sse_customer_key_env``: the name of an environment variable that holds the
+      SSE-C key (base64) on every worker; a key in ``extra_args`` is refused, since it
+      would travel through the scheduler.
+    - ``config``, ``strategy``, ``extra_args``, ``timeout``: as
+      :meth:`asyncdl.Engine.download_many` takes them; each worker process keeps one
+      engine open per ``config``.
+    - ``client``: the Dask client (default: the current one).
 
     Blocks until every partition is done; returns the summary. A bad manifest,
     option or destination raises :class:`ManifestError` before anything runs; a

@@ -38,9 +38,13 @@ def partition_stats(results: pd.DataFrame) -> pd.DataFrame:
 class Failure:
     """One object that was not downloaded, and why (the error's class and message)."""
 
+    #: The object's bucket.
     bucket: str
+    #: The object's key.
     key: str
+    #: The error's class name (``"ObjectNotFoundError"``...).
     error_type: str
+    #: The error's message.
     error: str
 
 
@@ -49,19 +53,27 @@ class WorkerThroughput:
     """What one worker did; ``seconds`` spans its first partition's start to its
     last one's end (wall time, gaps between its tasks included)."""
 
+    #: The worker's address.
     worker: str
+    #: Objects it downloaded.
     downloaded: int
+    #: Objects it skipped (``skip_existing``).
     skipped: int
+    #: Objects that failed on it.
     failed: int
+    #: Bytes it downloaded.
     bytes: int
+    #: Wall time from its first partition's start to its last one's end.
     seconds: float
 
     @property
     def objects_per_second(self) -> float:
+        """Objects downloaded per second of ``seconds`` (0 when it is 0)."""
         return self.downloaded / self.seconds if self.seconds > 0 else 0.0
 
     @property
     def bytes_per_second(self) -> float:
+        """Bytes downloaded per second of ``seconds`` (0 when it is 0)."""
         return self.bytes / self.seconds if self.seconds > 0 else 0.0
 
 
@@ -71,9 +83,11 @@ class ManifestSummary:
 
     #: Rows of the manifest: ``downloaded + skipped + failed``.
     objects: int
+    #: Objects downloaded.
     downloaded: int
     #: Already there (``skip_existing``): no request was made for them.
     skipped: int
+    #: Objects not downloaded: bad rows and failed downloads (see ``failures``).
     failed: int
     #: Bytes downloaded (skipped objects not counted).
     bytes: int
@@ -81,6 +95,7 @@ class ManifestSummary:
     requests: int
     #: Wall time of the run, seconds.
     seconds: float
+    #: One entry per object not downloaded.
     failures: tuple[Failure, ...]
     #: One entry per worker that ran a partition, by worker address.
     workers: dict[str, WorkerThroughput]
@@ -89,6 +104,7 @@ class ManifestSummary:
 
     @property
     def ok(self) -> bool:
+        """Whether every object was downloaded or skipped."""
         return self.failed == 0
 
 

@@ -49,6 +49,7 @@ async def error_reply(status: int, code: str, method: str, writer: asyncio.Strea
 
 
 def parse_head(head: bytes) -> tuple[str, dict[str, str]]:
+    """The start line of an HTTP head, and its headers (lower-case names)."""
     if len(head) > MAX_HEAD:
         raise ConnectionError("HTTP head too large")
     lines = head.decode("latin-1").split("\r\n")
@@ -61,6 +62,7 @@ def parse_head(head: bytes) -> tuple[str, dict[str, str]]:
 
 
 def rewrite_head(head: bytes, keep_alive: bool) -> bytes:
+    """``head`` with its ``Connection`` header set to keep-alive or close."""
     lines = head.decode("latin-1").split("\r\n")
     kept = [line for line in lines[1:] if line and not line.lower().startswith("connection:")]
     kept.append("Connection: keep-alive" if keep_alive else "Connection: close")
@@ -68,6 +70,8 @@ def rewrite_head(head: bytes, keep_alive: bool) -> bytes:
 
 
 def replace_headers(head: bytes, changes: dict[str, str | None]) -> bytes:
+    """``head`` with the headers named in ``changes`` (lower-case) replaced by their
+    value, or removed where it is ``None``."""
     lines = head.decode("latin-1").split("\r\n")
     kept = [
         line for line in lines[1:] if line and line.split(":", 1)[0].strip().lower() not in changes

@@ -19,6 +19,7 @@ FAKE_ENV = {
 
 
 def free_port() -> int:
+    """A TCP port free on loopback now (the OS picks it)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]

@@ -39,12 +39,18 @@ from .http_wire import (
 
 @dataclass(frozen=True, slots=True)
 class RequestRecord:
+    """One request the proxy received, as a fault rule and ``requests`` see it."""
+
+    #: The HTTP method (``"GET"``, ``"HEAD"``...).
     method: str
+    #: The request target: the path and the query string.
     path: str
+    #: The request headers, lower-case names.
     headers: dict[str, str]
 
     @property
     def range(self) -> str | None:
+        """The ``Range`` header, if any."""
         return self.headers.get("range")
 
 
@@ -54,6 +60,7 @@ class Fault:
 
     #: Answer with this HTTP status (and an S3 error body) instead of forwarding.
     status: int | None = None
+    #: The S3 error code of that answer's body.
     error_code: str = "InternalError"
     #: Seconds to wait before forwarding the request.
     delay: float = 0.0
@@ -76,12 +83,15 @@ class Fault:
     #: Content-Length is added), and body bytes; then close the client connection when
     #: ``reply_close``, else keep it open (a declared length never sent stalls a reader).
     reply: tuple[int, dict[str, str], bytes] | None = None
+    #: Close the client connection after ``reply``.
     reply_close: bool = False
     #: Send the response body with ``Transfer-Encoding: chunked`` and no Content-Length
     #: (a server that does not know its length up front); other body faults do not apply.
     chunked: bool = False
 
 
+#: What ``TcpProxy.rule`` holds: called with each request, on the proxy's loop, and
+#: returns the fault to apply to it, or ``None`` to pass it through.
 FaultRule = Callable[[RequestRecord], Fault | None]
 
 
@@ -118,7 +128,11 @@ class _Stats:
 
 
 class TcpProxy:
-    """Use as a context manager; ``url`` is the endpoint to give clients."""
+    """Use as a context manager; ``url`` is the endpoint to give clients.
+
+    ``rtt_ms`` is latency added before each request is forwarded; ``bandwidth`` caps
+    each client connection (see the module's docstring).
+    """
 
     def __init__(
         self,
@@ -130,10 +144,13 @@ class TcpProxy:
     ) -> None:
         if bandwidth is not None and not bandwidth > 0:
             raise ValueError(f"bandwidth must be a positive number of bytes/s, not {bandwidth!r}")
+        #: The server's host and port.
         self.upstream = (upstream_host, upstream_port)
+        #: Seconds added before each request is forwarded (``rtt_ms`` / 1000).
         self.rtt = rtt_ms / 1000.0
         #: Response body bytes per second per client connection (None: uncapped).
         self.bandwidth = bandwidth
+        #: The fault rule applied to every request (``None``: pass everything through).
         self.rule: FaultRule | None = None
         self._stats = _Stats()
         self._lock = threading.Lock()
@@ -143,21 +160,25 @@ class TcpProxy:
         #: Every socket the proxy opened, client side and upstream, until collected.
         self._transports: weakref.WeakSet[asyncio.WriteTransport] = weakref.WeakSet()
         self._thread = threading.Thread(target=self._run, daemon=True)
+        #: The loopback port the proxy listens on (0 until it is entered).
         self.port = 0
 
     @classmethod
     def for_url(cls, url: str, *, rtt_ms: float = 0.0, bandwidth: float | None = None) -> TcpProxy:
+        """A proxy in front of ``http://host:port`` (moto's endpoint URL, say)."""
         host_port = url.split("://", 1)[1].rstrip("/")
         host, port = host_port.rsplit(":", 1)
         return cls(host, int(port), rtt_ms=rtt_ms, bandwidth=bandwidth)
 
     @property
     def url(self) -> str:
+        """The endpoint URL to give clients: ``http://127.0.0.1:<port>``."""
         return f"http://127.0.0.1:{self.port}"
 
     # -- what the proxy saw ---------------------------------------------------------
     @property
     def requests(self) -> list[RequestRecord]:
+        """Every request received since the start (or ``reset_stats()``), in order."""
         with self._lock:
             return list(self._stats.requests)
 
@@ -170,6 +191,7 @@ class TcpProxy:
 
     @property
     def max_in_flight(self) -> int:
+        """The most requests that were in flight at once."""
         with self._lock:
             return self._stats.max_in_flight
 
@@ -184,6 +206,7 @@ class TcpProxy:
             self._stats.response_bytes += count
 
     def reset_stats(self) -> None:
+        """Forget the requests, the in-flight peak and the bytes counted so far."""
         with self._lock:
             self._stats = _Stats()
 

@@ -19,7 +19,9 @@ class SlowDownAbove:
 
     def __init__(self, proxy: TcpProxy, limit: int) -> None:
         self._proxy = proxy
+        #: Requests the proxy lets in flight at once; one more is answered 503 SlowDown.
         self.limit = limit
+        #: How many 503s it has sent.
         self.throttled = 0
 
     def __call__(self, request: RequestRecord) -> Fault | None:
