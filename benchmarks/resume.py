@@ -13,7 +13,7 @@ the download takes a while, and counts the response body bytes it relays. Each r
    time, the target's MD5, what asyncdl says it reused (``reused_bytes`` in ``--json``),
    and that nothing but the target is left in DIR.
 3. The baseline: a fresh DIR, killed the same way, then run again with
-   ``--no-resume`` (or with no flag, where asyncdl has none: it cannot resume then).
+   ``--no-resume``.
 
 "Missing" is the object's size less what asyncdl reused from its journal (its own
 ``reused_bytes``; less the bytes sent before the kill when it does not say). The

@@ -6,7 +6,7 @@ one 1 KiB object from a server the benchmark starts (``--server``, as batch.py's
 straight, with no proxy, into a fresh directory, and the file is checked each time.
 
     python benchmarks/startup.py --runs 11
-    nox -s bench_startup -- --server s3rver
+    nox -s bench -- startup --server s3rver
 """
 
 from __future__ import annotations
