@@ -66,10 +66,13 @@ async def check(namespace: dict[str, Any]) -> None:
     assert not (here / "missing.json").exists()
 
     ok, failed = (json.loads(line) for line in (here / "results.jsonl").read_text().splitlines())
-    assert ok["ok"] and ok["verified"] and ok["checksum"].startswith("SHA256:")
-    assert ok["strategy"] == "head-first" and ok["requests"] == 2
+    assert ok["ok"]
+    assert ok["verified"]
+    assert ok["checksum"].startswith("SHA256:")
+    assert (ok["strategy"], ok["requests"]) == ("head-first", 2)
     assert ok["size"] == len(docs_world.OBJECTS["checked/data.bin"])
-    assert not failed["ok"] and failed["error"]["type"] == "ObjectNotFoundError"
+    assert not failed["ok"]
+    assert failed["error"]["type"] == "ObjectNotFoundError"
 
     # The resumed copy left no partial file; clean removed the interrupted one's.
     assert _leftovers(here) == [], _leftovers(here)
