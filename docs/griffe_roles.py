@@ -4,7 +4,8 @@
   convention, which griffe does not read): that comment becomes its docstring, so
   ``TransferConfig``'s fields, the results' fields and the errors' attributes are
   shown with what they mean.
-- A field that is an instance attribute is labelled so, not also a class attribute.
+- A field that is an instance attribute is labelled so, not also a class attribute;
+  one set in ``__init__`` is shown without the expression that sets it.
 - asyncdl's docstrings name code with Sphinx roles (``:meth:`stream```,
   ``:class:`~asyncdl.Engine```), which Markdown would print as written; each becomes
   a code span.
@@ -53,8 +54,12 @@ class SphinxRoles(griffe.Extension):
                     text, lineno=lineno, endlineno=obj.lineno - 1, parent=obj
                 )
         if obj.is_attribute and "instance-attribute" in obj.labels:
-            # A dataclass field, say: its default is in the signature; "class-attribute"
-            # beside "instance-attribute" only puzzles a reader.
-            obj.labels.discard("class-attribute")
+            if "class-attribute" in obj.labels:
+                # A dataclass field, say: its default is in the signature;
+                # "class-attribute" beside "instance-attribute" only puzzles a reader.
+                obj.labels.discard("class-attribute")
+            else:
+                # Set in __init__: the expression that sets it is the code's business.
+                obj.value = None
         if obj.docstring is not None:
             obj.docstring.value = _ROLE.sub(r"`\1`", obj.docstring.value)

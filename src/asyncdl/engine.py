@@ -42,7 +42,8 @@ class Engine:
     def __init__(self, client: Any = None, *, config: TransferConfig | None = None) -> None:
         if config is not None and not isinstance(config, TransferConfig):
             raise ValueError(f"config must be a TransferConfig, got {config!r}")
-        #: The settings every download, stream and listing of this engine uses.
+        #: The :class:`TransferConfig` every download, stream and listing of this engine
+        #: uses.
         self.config = config or TransferConfig()
         self._client = client
         self._owns_client = client is None

@@ -7,7 +7,8 @@ import asyncdl
 from fastapi import FastAPI, Request, Response
 from asyncdl.contrib.fastapi import EngineDep, lifespan, object_response
 
-app = FastAPI(lifespan=lifespan(config=asyncdl.TransferConfig(max_concurrency=64)))
+config = asyncdl.TransferConfig(max_concurrency=64)
+app = FastAPI(lifespan=lifespan(config=config))
 
 @app.api_route("/files/{key:path}", methods=["GET", "HEAD"])
 async def files(key: str, request: Request, engine: EngineDep) -> Response:
