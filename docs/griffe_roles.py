@@ -53,7 +53,7 @@ class SphinxRoles(griffe.Extension):
                 obj.docstring = griffe.Docstring(
                     text, lineno=lineno, endlineno=obj.lineno - 1, parent=obj
                 )
-        if obj.is_attribute and "instance-attribute" in obj.labels:
+        if isinstance(obj, griffe.Attribute) and "instance-attribute" in obj.labels:
             if "class-attribute" in obj.labels:
                 # A dataclass field, say: its default is in the signature;
                 # "class-attribute" beside "instance-attribute" only puzzles a reader.
