@@ -28,7 +28,7 @@ if typing.TYPE_CHECKING:  # what type checkers and IDEs see: the names, imported
     from .strategies import GetFirst, HeadFirst, Strategy
     from .streaming import ObjectStream
 
-    #: The installed version: pyproject.toml's, as pip recorded it (one source of truth).
+    #: The installed version (``"0.1.0"``), read from the package's metadata once asked for.
     __version__: str
 
 __all__ = [

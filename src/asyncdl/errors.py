@@ -31,7 +31,7 @@ class DownloadError(Exception):
         super().__init__(message)
         #: What went wrong, without the object's name (``str(error)`` adds it).
         self.message = message
-        #: The bucket of the object (``""`` for a URL download).
+        #: The object's bucket (``""`` for a URL download).
         self.bucket = bucket
         #: The object's key (for a URL download, the URL without its query string).
         self.key = key

@@ -26,7 +26,9 @@ class DownloadResult:
     #: The ETag every request was pinned to (quoted, as S3 sends it). ``None`` only when
     #: the server sent none (then the object came in one GET), or on a failed result.
     etag: str | None
-    #: Name of the strategy that ran: ``"get-first"`` or ``"head-first"``.
+    #: Name of the strategy that ran: ``"get-first"``, ``"head-first"`` or a
+    #: :class:`~asyncdl.Strategy`'s own. A result that failed or was skipped before
+    #: one ran carries the one asked for (``"auto"``, say).
     strategy: str
     #: S3 requests this download made, retries included.
     requests: int

@@ -77,7 +77,8 @@ class ObjectStream:
 
     Once the iteration has ended, ``checksum``, ``verified`` and
     ``unverified_reason`` say whether the bytes were checked against S3's checksum,
-    as a download's result does.
+    as a download's result does. ``bucket`` and ``key`` name the object (of a URL:
+    ``""`` and the URL without its query string).
     """
 
     # Class-level, so that __del__ finds them on a stream whose __init__ raised.
