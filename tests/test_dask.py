@@ -327,35 +327,6 @@ def test_one_engine_per_worker_process(
         dask_client.run(uncount)
 
 
-def test_readme_scaling_out_snippet_runs_as_written(
-    dask_client: Client,
-    recording: TcpProxy,
-    s3: Any,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
-    section = readme.split("\n## Scaling out\n", 1)[1].split("\n## ", 1)[0]
-    code = section.split("```python\n", 1)[1].split("```", 1)[0]
-    objects = {"archive/top.txt": b"top", "archive/2025/a.json": b"{}", "archive/2026/b": b"b"}
-    if "my-bucket" not in {b["Name"] for b in s3.list_buckets()["Buckets"]}:
-        s3.create_bucket(Bucket="my-bucket")
-    for key, body in objects.items():
-        s3.put_object(Bucket="my-bucket", Key=key, Body=body)
-    # The snippet's own client goes to this module's cluster, whose workers reach moto.
-    monkeypatch.setenv("DASK_SCHEDULER", dask_client.scheduler.address)
-    monkeypatch.chdir(tmp_path)
-    for run in range(2):
-        namespace: dict[str, Any] = {}
-        exec(compile(code, "README.md", "exec"), namespace)  # the README's own code
-        namespace["client"].close()
-        printed = capsys.readouterr().out
-        assert printed.startswith(f"{3 * (1 - run)} downloaded, {3 * run} skipped")
-    for key, body in objects.items():
-        assert (tmp_path / "mirror" / key).read_bytes() == body
-
-
 @pytest.mark.parametrize(
     ("case", "message"),
     [
