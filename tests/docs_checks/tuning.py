@@ -41,7 +41,7 @@ async def check(namespace: dict[str, Any]) -> None:
     here = Path.cwd()
     big = docs_world.OBJECTS["datasets/big.bin"]
     assert (here / "big.bin").read_bytes() == big
-    assert (here / "big-4mib-parts.bin").read_bytes() == big
+    assert (here / "big-4mib.bin").read_bytes() == big
     assert (here / "app.json").read_bytes() == docs_world.OBJECTS["config/app.json"]
 
     reports = {k: v for k, v in docs_world.OBJECTS.items() if k.startswith("reports/")}
