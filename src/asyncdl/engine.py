@@ -252,6 +252,12 @@ class Engine:
     ) -> ObjectStream:
         """The bytes ``[start, end)`` of the object, in order, as they arrive.
 
+        ```python
+        async with engine.stream("my-bucket", "logs/today.log") as stream:
+            async for chunk in stream:
+                ...
+        ```
+
         Parts of ``chunk_size`` bytes are fetched concurrently (``prefetch`` ahead of
         the reader, pinned with ``IfMatch``; by default ``config.chunk_size`` and
         ``config.stream_prefetch``), so memory stays about ``prefetch * chunk_size``
@@ -305,8 +311,9 @@ class Engine:
         max_size: int = 64 * 1024 * 1024,
         extra_args: ExtraArgs | None = None,
     ) -> bytes:
-        """The whole object in memory; an object larger than ``max_size`` is refused
-        (after at most ``max_size + 1`` bytes) instead of filling memory."""
+        """The whole object in memory; an object larger than ``max_size`` raises a
+        :class:`DownloadError` (after at most ``max_size + 1`` bytes) instead of
+        filling memory."""
         if not is_int_at_least(max_size, 0):
             raise InvalidRequestError(
                 f"max_size must be an int >= 0, got {max_size!r}", bucket=bucket, key=key
