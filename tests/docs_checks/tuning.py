@@ -8,6 +8,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import asyncdl
 from tests import docs_world
 from tests.docs_runner import ROOT
@@ -63,6 +65,26 @@ async def check(namespace: dict[str, Any]) -> None:
     assert sorted(table) == sorted(fields), sorted(set(table) ^ set(fields))
     for name, default in fields.items():
         assert table[name] == _shown(name, default), (name, table[name], default)
+
+    # The bounds the page states: each one is accepted, one step beyond it refused.
+    bounds = {
+        "max_concurrency": (1, 10_000),
+        "chunk_size": (64 * 1024, 5 * 1024 * MiB),
+        "write_size": (4 * 1024, 64 * MiB),
+        "stream_prefetch": (1, 1000),
+        "max_attempts": (1, 100),
+    }
+    make: Any = asyncdl.TransferConfig  # field names as strings
+    for name, (low, high) in bounds.items():
+        for value in (low, high):
+            make(**{name: value})
+        for value in (low - 1, high + 1):
+            with pytest.raises(ValueError, match=name):
+                make(**{name: value})
+    make(backoff_base=0.0)
+    for name in ("read_timeout", "connect_timeout", "backoff_max"):
+        with pytest.raises(ValueError, match=name):
+            make(**{name: 0.0})
 
     # "asyncdl does not install uvloop and does not choose an event loop."
     sources = (ROOT / "src" / "asyncdl").rglob("*.py")
