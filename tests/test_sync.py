@@ -204,6 +204,18 @@ def test_asyncdl_own_files_are_never_deletable(
     assert len(dry.stdout.splitlines()) == len(OBJECTS)
 
 
+def test_a_dry_run_with_delete_into_a_directory_not_there_yet(
+    seeded: str, proxy: TcpProxy, tmp_path: Path
+) -> None:
+    # Nothing is there, so nothing is stale: the dry run says what it would download.
+    new_dir = tmp_path / "new"
+    dry = sync(proxy, "--dry-run", "--delete", f"s3://{seeded}/p", str(new_dir))
+    assert dry.exit_code == 0, dry.stderr
+    assert not new_dir.exists()
+    assert len(dry.stdout.splitlines()) == len(OBJECTS)
+    assert all(line.startswith("(dryrun) download: ") for line in dry.stdout.splitlines())
+
+
 def test_dry_run_changes_nothing_and_sends_no_get(
     seeded: str, s3: Any, proxy: TcpProxy, tmp_path: Path
 ) -> None:

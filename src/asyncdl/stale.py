@@ -62,7 +62,10 @@ def stale_files(
     """
     root = store.dest_dir
     # The destination the user named: a link to it is theirs, and followed.
-    root_fd = os.open(root, _DIR)
+    try:
+        root_fd = os.open(root, _DIR)
+    except FileNotFoundError:  # a dry run into a directory it has not made: none stale
+        return
     try:
         for directory, dirs, files, dir_fd in os.fwalk(".", dir_fd=root_fd):
             dirs[:] = sorted(d for d in dirs if not is_own_name(d))
