@@ -76,6 +76,22 @@ def tests_compat(session: nox.Session) -> None:
 
 
 @nox.session
+def tests_uvloop(session: nox.Session) -> None:
+    """The test suite with every test's event loop a uvloop one (uvicorn runs uvloop
+    whenever it is installed, so most services that embed asyncdl do), less the tests
+    of asyncio's own internals (marked ``asyncio_internals``); the command's runs in
+    it take uvloop too, as installed."""
+    session.install("-e", ".[tests,uvloop]")
+    session.run(
+        "pytest",
+        "-m",
+        "not asyncio_internals",
+        *session.posargs,
+        env={"ASYNCDL_TEST_LOOP": "uvloop"},
+    )
+
+
+@nox.session
 def lint(session: nox.Session) -> None:
     """ruff (lint and format check) and mypy --strict."""
     session.install("-e", ".[dev]")
@@ -165,6 +181,7 @@ def bench(session: nox.Session) -> None:
         ["sync"],
         ["bandwidth"],
         ["throttle"],
+        ["ranges"],
     ):
         script, args = f"benchmarks/{args[0]}.py", args[1:]
     session.run("python", script, *args)

@@ -24,6 +24,19 @@ from asyncdl.writer import is_temp_file
 CHUNK = 64 * 1024
 _bucket_numbers = itertools.count()
 
+#: The event loop the tests run on: ``asyncio`` (the default) or ``uvloop``
+#: (``nox -s tests_uvloop``), which uvicorn runs whenever it is installed.
+TEST_LOOP = os.environ.get("ASYNCDL_TEST_LOOP", "asyncio")
+
+if TEST_LOOP == "uvloop":
+    import uvloop
+
+    def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> Any:
+        return {"uvloop": uvloop.new_event_loop}
+
+elif TEST_LOOP != "asyncio":
+    raise pytest.UsageError(f"ASYNCDL_TEST_LOOP must be asyncio or uvloop, not {TEST_LOOP!r}")
+
 
 @pytest.fixture(scope="session")
 def s3_endpoint() -> Iterator[str]:

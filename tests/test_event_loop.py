@@ -75,3 +75,15 @@ async def test_no_slow_callbacks(
     # so every slow step is asyncdl's, even one that asyncio attributes to this test.
     slow = [r.getMessage() for r in caplog.records if "took" in r.getMessage()]
     assert slow == [], slow
+
+
+async def test_the_tests_run_on_the_loop_asked_for() -> None:
+    """``nox -s tests_uvloop`` runs the suite on uvloop: make sure it does."""
+    from .conftest import TEST_LOOP  # noqa: PLC0415
+
+    loop = asyncio.get_running_loop()
+    if TEST_LOOP == "uvloop":
+        assert type(loop).__module__.startswith("uvloop"), type(loop)
+    else:
+        assert isinstance(loop, asyncio.BaseEventLoop), type(loop)
+        assert not type(loop).__module__.startswith("uvloop"), type(loop)

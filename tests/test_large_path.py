@@ -185,6 +185,7 @@ async def test_writes_issued_together_share_one_executor_hop(tmp_path: Path) -> 
     assert (tmp_path / "t").read_bytes() == b"".join(bytes([i]) * 10 for i in range(8))
 
 
+@pytest.mark.asyncio_internals  # asyncio transport's max_size; uvloop's has none
 @pytest.mark.parametrize(("size", "expected"), [(128 * 1024, 64 * 1024), (1024 * 1024, 256 * 1024)])
 async def test_socket_reads_are_half_a_write_at_most(
     s3: Any, bucket: str, client: Any, size: int, expected: int

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 #: Signals that cancel the work as Ctrl-C does (SIGHUP does not exist on Windows).
@@ -40,11 +40,17 @@ class Stopped(Exception):
         return 128 + self.signum
 
 
-def run(work: Coroutine[Any, Any, _Result]) -> _Result:
-    """``asyncio.run(work)``; :class:`Stopped` once Ctrl-C or a stop signal has
-    cancelled it and it has cleaned up."""
+def run(
+    work: Coroutine[Any, Any, _Result],
+    loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None,
+) -> _Result:
+    """``asyncio.run(work)`` on a loop of ``loop_factory`` (asyncio's default when
+    ``None``); :class:`Stopped` once Ctrl-C or a stop signal has cancelled it and it has
+    cleaned up."""
     try:
-        return asyncio.run(_stoppable(work))
+        # asyncio.run takes a loop factory only from 3.12; its Runner, from 3.11.
+        with asyncio.Runner(loop_factory=loop_factory) as runner:
+            return runner.run(_stoppable(work))
     except KeyboardInterrupt:
         raise Stopped(signal.SIGINT) from None
 

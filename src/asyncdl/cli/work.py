@@ -20,6 +20,7 @@ from ..bulk import failed
 from ..clients import create_default_client
 from ..engine import Engine
 from ..errors import DownloadError, InvalidRequestError
+from . import loops
 from .app import Settings
 from .output import Output, ReaderGone, print_error, silence_stdout
 from .params import HttpUrl, S3Url
@@ -172,9 +173,15 @@ def run(work: Coroutine[Any, Any, _Result], debug: bool) -> _Result:
     """
     logger = logging.getLogger("asyncdl")
     level = logger.level
+    try:
+        loop = loops.choose()
+    except click.UsageError:
+        work.close()  # never started: no "never awaited" warning
+        raise
     handler = _debug_logging(logger) if debug else None
     try:
-        return interrupts.run(work)
+        logger.info("event loop: %s", loop.name)
+        return interrupts.run(work, loop.factory)
     except interrupts.Stopped as stop:
         raise click.exceptions.Exit(stop.exit_status) from None
     except InvalidRequestError as exc:
