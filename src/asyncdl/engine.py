@@ -7,7 +7,6 @@ Those take the engine's :class:`~asyncdl.context.Context`, never the engine.
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import AsyncGenerator, AsyncIterable, Callable, Iterable, Mapping
 from contextlib import AsyncExitStack
@@ -18,9 +17,9 @@ from . import bulk, jobs, transfer
 from .adaptive import Budget, own_slots
 from .bulk import DownloadItem
 from .clients import ClientRetries, create_default_client
-from .config import TransferConfig, is_int_at_least
+from .config import TransferConfig
 from .context import Context
-from .errors import DownloadError, InvalidRequestError
+from .engine_reads import MemoryReads
 from .object_info import ObjectInfo, head
 from .progress import ProgressCallback, with_total
 from .request_args import ExtraArgs
@@ -31,7 +30,7 @@ from .strategies import Strategy
 from .streaming import ObjectStream
 
 
-class Engine:
+class Engine(MemoryReads):
     """Downloads S3 objects to files through one client and one concurrency budget.
 
     Use it as ``async with Engine() as engine:``. Without ``client`` the engine
@@ -302,39 +301,6 @@ class Engine:
         (RequestPayer, ExpectedBucketOwner, ...). Close it (``contextlib.aclosing``) when
         stopping early: the next page is already asked for."""
         return self._context.list_pages(bucket, prefix, delimiter=delimiter, params=params)
-
-    async def read_bytes(
-        self,
-        bucket: str,
-        key: str,
-        *,
-        max_size: int = 64 * 1024 * 1024,
-        extra_args: ExtraArgs | None = None,
-    ) -> bytes:
-        """The whole object in memory; an object larger than ``max_size`` raises a
-        :class:`DownloadError` (after at most ``max_size + 1`` bytes) instead of
-        filling memory."""
-        if not is_int_at_least(max_size, 0):
-            raise InvalidRequestError(
-                f"max_size must be an int >= 0, got {max_size!r}", bucket=bucket, key=key
-            )
-        pieces: list[bytes] = []
-        total = 0
-        with own_slots():
-            async with contextlib.aclosing(
-                self.stream(bucket, key, end=max_size + 1, extra_args=extra_args)
-            ) as stream:
-                async for piece in stream:
-                    total += len(piece)
-                    if total > max_size:
-                        raise DownloadError(
-                            f"object is larger than max_size={max_size} bytes; use "
-                            "download() or stream() for it",
-                            bucket=bucket,
-                            key=key,
-                        )
-                    pieces.append(piece)
-        return b"".join(pieces)
 
     def download_many(
         self,

@@ -1,0 +1,134 @@
+"""The engine's reads into memory: a whole (small) object, or many byte ranges of one
+object pinned to one version. :class:`~asyncdl.Engine` inherits them; each checks
+nothing itself and hands on to the module that does the work (``range_reads``)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable
+
+from . import range_reads
+from .adaptive import own_slots
+from .config import is_int_at_least
+from .context import Context
+from .errors import DownloadError, InvalidRequestError
+from .request_args import ExtraArgs
+from .streaming import ObjectStream
+
+
+class MemoryReads:
+    """What :class:`~asyncdl.Engine` reads into memory (its methods render there)."""
+
+    @property
+    def _context(self) -> Context:  # pragma: no cover - the engine's own replaces it
+        raise NotImplementedError
+
+    async def read_bytes(
+        self,
+        bucket: str,
+        key: str,
+        *,
+        max_size: int = 64 * 1024 * 1024,
+        extra_args: ExtraArgs | None = None,
+    ) -> bytes:
+        """The whole object in memory; an object larger than ``max_size`` raises a
+        :class:`DownloadError` (after at most ``max_size + 1`` bytes) instead of
+        filling memory."""
+        if not is_int_at_least(max_size, 0):
+            raise InvalidRequestError(
+                f"max_size must be an int >= 0, got {max_size!r}", bucket=bucket, key=key
+            )
+        pieces: list[bytes] = []
+        total = 0
+        with own_slots():
+            async with contextlib.aclosing(
+                ObjectStream(
+                    self._context, bucket, key, start=0, end=max_size + 1, extra_args=extra_args
+                )
+            ) as stream:
+                async for piece in stream:
+                    total += len(piece)
+                    if total > max_size:
+                        raise DownloadError(
+                            f"object is larger than max_size={max_size} bytes; use "
+                            "download() or stream() for it",
+                            bucket=bucket,
+                            key=key,
+                        )
+                    pieces.append(piece)
+        return b"".join(pieces)
+
+    async def read_ranges(
+        self,
+        bucket: str,
+        key: str,
+        ranges: Iterable[tuple[int, int]],
+        *,
+        extra_args: ExtraArgs | None = None,
+        size: int | None = None,
+        etag: str | None = None,
+        max_gap: int | None = None,
+        max_request: int | None = None,
+    ) -> list[bytes]:
+        """The bytes of each ``(start, end)`` of ``ranges`` (half-open: ``(0, 4)`` is the
+        first four bytes), in the order given, all from one version of the object.
+
+        ```python
+        footer, header = await engine.read_ranges(
+            "my-bucket", "data/table.parquet", [(size - 8, size), (0, 4)]
+        )
+        ```
+
+        Ranges may come in any order and overlap; an empty one (``start == end``) is
+        ``b""``. Ranges at most ``max_gap`` bytes apart (default 1 MiB) share one GET
+        of at most ``max_request`` bytes (default, and at most, ``config.chunk_size``);
+        a longer range is fetched in parallel parts, as a download is. The first GET
+        brings the object's size and ETag (no HEAD); every other GET is pinned to that
+        ETag with ``IfMatch``, so an object replaced meanwhile raises
+        :class:`ObjectChangedError`, never a mixture. With ``size`` and ``etag`` known
+        (from a listing), every GET is pinned from the first.
+
+        A range past the end raises :class:`InvalidRequestError`: before anything is
+        sent when ``size`` is given, else as soon as the first answer tells the size,
+        before any other GET. An answer with no strong ETag (none, or a weak one) pins
+        nothing: the ranges then come in one GET from the first to the last (the bytes
+        between are read and dropped), so that they still come from one version.
+        ``extra_args`` as for :meth:`download`.
+        """
+        return await range_reads.read_ranges(
+            self._context,
+            bucket,
+            key,
+            ranges,
+            extra_args=extra_args,
+            size=size,
+            etag=etag,
+            max_gap=max_gap,
+            max_request=max_request,
+        )
+
+    async def read_ranges_url(
+        self,
+        url: str,
+        ranges: Iterable[tuple[int, int]],
+        *,
+        size: int | None = None,
+        etag: str | None = None,
+        max_gap: int | None = None,
+        max_request: int | None = None,
+    ) -> list[bytes]:
+        """:meth:`read_ranges` of what ``url`` serves (a presigned S3 GET URL, or any
+        HTTP(S) URL that honours Range), as :meth:`download_url` fetches it: unsigned,
+        pinned with ``If-Match``, the URL's query never shown."""
+        return await range_reads.read_ranges(
+            self._context,
+            "",
+            "",
+            ranges,
+            extra_args=None,
+            size=size,
+            etag=etag,
+            max_gap=max_gap,
+            max_request=max_request,
+            url=url,
+        )
