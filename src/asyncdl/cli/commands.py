@@ -20,7 +20,16 @@ from ..key_paths import is_own_name
 from . import clean as _clean  # noqa: F401 - registers asyncdl clean
 from .app import Settings, cli, make_settings, transfer_options
 from .output import Output
-from .params import HttpUrl, S3Url, check_s3_url, converter, parse_s3_url, parse_source
+from .params import (
+    HttpUrl,
+    RangeArg,
+    S3Url,
+    check_s3_url,
+    converter,
+    parse_range,
+    parse_s3_url,
+    parse_source,
+)
 
 _source = converter(parse_source)
 _s3_url = converter(parse_s3_url)
@@ -158,8 +167,26 @@ def cp(
     return output.summary()
 
 
+def _ranges(
+    ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
+) -> tuple[RangeArg, ...]:
+    parse = converter(parse_range)
+    return tuple(r for value in values if (r := parse(ctx, param, value)) is not None)
+
+
 @cli.command()
 @click.argument("source", metavar="SOURCE", callback=_source)
+@click.option(
+    "--range",
+    "ranges",
+    metavar="FIRST-LAST",
+    multiple=True,
+    callback=_ranges,
+    help="Only these bytes, as HTTP's Range: 100-199 is bytes 100 to 199, both "
+    "included; 100- to the end; -50 the last 50 (s3:// only: a HEAD tells the size). "
+    "Repeat it: the ranges are printed in the order given, all from one version of "
+    "the object, joined into few GETs.",
+)
 @_validate_option
 @transfer_options
 @click.pass_context
@@ -167,6 +194,7 @@ def cat(
     ctx: click.Context,
     *,
     source: S3Url | HttpUrl,
+    ranges: tuple[RangeArg, ...],
     validate: str,
     concurrency: int,
     chunk_size: int,
@@ -180,6 +208,8 @@ def cat(
     Parts are fetched in parallel, a few ahead of what stdout has taken. The bytes
     are checked against S3's checksum as they pass (--validate): a mismatch, or a
     download that fails midway, exits 1 after the bytes already written.
+
+    With --range, only those bytes (ranged answers carry no checksum to check).
     """
     settings = make_settings(
         concurrency=concurrency,
@@ -190,15 +220,25 @@ def cat(
         quiet=quiet,
         debug=debug,
     )
-    return _cat(settings, source, ctx)
+    return _cat(settings, source, ctx, ranges)
 
 
-def _cat(settings: Settings, source: S3Url | HttpUrl, ctx: click.Context) -> int:
+def _cat(
+    settings: Settings,
+    source: S3Url | HttpUrl,
+    ctx: click.Context,
+    ranges: tuple[RangeArg, ...] = (),
+) -> int:
     if isinstance(source, S3Url) and not source.key:
         raise click.UsageError(f"{source} names no object")
     with _engine_imports():
         from .work import cat_object  # noqa: PLC0415 - see the module's docstring
     _check_url(source, ctx)
+    if ranges:
+        from .cat_ranges import cat_ranges, check_ranges  # noqa: PLC0415 - as work
+
+        check_ranges(source, ranges)
+        return cat_ranges(settings, source, ranges)
     return cat_object(settings, source)
 
 

@@ -128,6 +128,53 @@ def parse_rate(text: str) -> int:
     return size
 
 
+@dataclass(frozen=True, slots=True)
+class RangeArg:
+    """A ``--range`` as given, HTTP's inclusive form made half-open: ``100-199`` is
+    ``start=100, end=200``; ``100-`` is ``end=None`` (to the end); ``-50`` is
+    ``last=50`` (the last 50 bytes)."""
+
+    start: int = 0
+    end: int | None = None
+    last: int | None = None
+
+    def resolve(self, size: int | None) -> tuple[int, int]:
+        """``[start, end)`` in an object of ``size`` bytes (needed by open and suffix
+        ranges only): a suffix longer than the object is all of it (as HTTP says); an
+        open range that starts past the end stays past it (the engine refuses it)."""
+        if self.end is not None:
+            return self.start, self.end
+        if size is None:
+            raise ValueError("an open or suffix range needs the object's size")
+        if self.last is not None:
+            return max(size - self.last, 0), size
+        return self.start, max(size, self.start)
+
+
+_RANGE = re.compile(r"(\d{0,19})-(\d{0,19})", re.ASCII)
+
+
+def parse_range(text: str) -> RangeArg:
+    """``FIRST-LAST`` (bytes FIRST to LAST, both included, as HTTP's ``Range``),
+    ``FIRST-`` (to the end) or ``-COUNT`` (the last COUNT bytes)."""
+    match = _RANGE.fullmatch(text.strip())
+    if match is None or match.group(1) == match.group(2) == "":
+        raise ValueError(
+            f"{text[:40]!r} is not a byte range: use FIRST-LAST (both included, e.g. "
+            "0-99 for the first 100 bytes), FIRST- or -COUNT"
+        )
+    first, last = match.groups()
+    if not first:
+        if int(last) == 0:
+            raise ValueError(f"{text!r}: a suffix range needs at least one byte")
+        return RangeArg(last=int(last))
+    if not last:
+        return RangeArg(start=int(first))
+    if int(last) < int(first):
+        raise ValueError(f"{text!r}: LAST is before FIRST (both are included: 5-5 is one byte)")
+    return RangeArg(start=int(first), end=int(last) + 1)
+
+
 def parse_endpoint_url(text: str) -> str:
     parts = urlsplit(text)
     if parts.scheme not in ("http", "https") or not parts.hostname:
