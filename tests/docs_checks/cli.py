@@ -62,6 +62,9 @@ async def check(namespace: dict[str, Any]) -> None:
     # sync --include '*.jpg' left the notes out, and --delete --dry-run did nothing.
     assert not (here / "photos" / "notes.txt").exists()
     assert (here / "photos" / "mine.txt").read_text() == "my own notes\n"
+    # cat --range 0-99 --range -64: the first 100 bytes, then the last 64.
+    big = docs_world.OBJECTS["datasets/big.bin"]
+    assert (here / "ends.bin").read_bytes() == big[:100] + big[-64:]
     # The failed copy wrote nothing.
     assert not (here / "missing.json").exists()
 
