@@ -255,6 +255,7 @@ async def _fetch(
         whole_in_first = first is not None and discovery.first_end == size
         if (
             whole_in_first
+            and not discovery.range_ignored  # a whole-object GET asked for the checksum
             and discovery.checksum is None
             and verifier.pending is None
             and obj.checksum_heads
