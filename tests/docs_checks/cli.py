@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from asyncdl.cli import cli
 from tests import docs_world
 from tests.docs_runner import ROOT
 
@@ -92,9 +93,21 @@ async def check(namespace: dict[str, Any]) -> None:
     assert bad_size.returncode == 2, bad_size
     assert bad_size.stderr.startswith("error: Invalid value for '--chunk-size': '8M'")
 
+    page = (ROOT / "docs" / "cli.md").read_text()
+    # The guide (above the generated reference) names every option of every command.
+    guide = page.split("\n## Reference\n", 1)[0]
+    names = {
+        name
+        for command in [cli, *cli.commands.values()]
+        for param in command.params
+        for name in [*param.opts, *param.secondary_opts]
+        if name.startswith("--") and name != "--help"
+    }
+    assert names, cli.commands
+    assert not [n for n in names if n not in guide], sorted(n for n in names if n not in guide)
+
     # Every option of `asyncdl demo --help` (argparse's, not click's: the generated
     # reference cannot show them) is on the page.
-    page = (ROOT / "docs" / "cli.md").read_text()
     demo_help = _asyncdl("demo", "--help")
     assert demo_help.returncode == 0, demo_help
     options = set(re.findall(r"--[a-z][a-z-]+", demo_help.stdout)) - {"--help"}
