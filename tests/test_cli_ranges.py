@@ -62,7 +62,8 @@ def test_a_range_past_the_end_exits_2_with_one_line(s3: Any, bucket: str, proxy:
     result = cat(proxy, "--range", "5-10", f"s3://{bucket}/k")
     assert result.exit_code == 2
     (line,) = result.stderr.splitlines()
-    assert line.startswith("error: ") and "past the end of the 10-byte object" in line
+    assert line.startswith("error: ")
+    assert "past the end of the 10-byte object" in line
     assert result.stdout_bytes == b""
 
 
@@ -84,7 +85,8 @@ def test_bad_ranges_exit_2_with_one_line_and_send_nothing(
     result = cat(proxy, f"--range={value}", f"s3://{bucket}/k")
     assert result.exit_code == 2, result.output
     (line,) = result.stderr.splitlines()
-    assert line.startswith("error: ") and expected in line
+    assert line.startswith("error: ")
+    assert expected in line
     assert proxy.requests == []
 
 

@@ -23,6 +23,7 @@ if typing.TYPE_CHECKING:  # what type checkers and IDEs see: the names, imported
         TargetBusyError,
     )
     from .object_info import ObjectInfo
+    from .random_access import RandomAccessReader, SyncReader
     from .results import DownloadResult
     from .stats import EngineStats, RequestCounts
     from .strategies import GetFirst, HeadFirst, Strategy
@@ -46,8 +47,10 @@ __all__ = [
     "ObjectInfo",
     "ObjectNotFoundError",
     "ObjectStream",
+    "RandomAccessReader",
     "RequestCounts",
     "Strategy",
+    "SyncReader",
     "TargetBusyError",
     "TransferConfig",
     "download",
@@ -69,8 +72,10 @@ _MODULES = {
     "ObjectInfo": "object_info",
     "ObjectNotFoundError": "errors",
     "ObjectStream": "streaming",
+    "RandomAccessReader": "random_access",
     "RequestCounts": "stats",
     "Strategy": "strategies",
+    "SyncReader": "random_access",
     "TargetBusyError": "errors",
     "TransferConfig": "config",
     "download": "api",

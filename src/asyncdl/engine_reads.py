@@ -1,6 +1,7 @@
-"""The engine's reads into memory: a whole (small) object, or many byte ranges of one
-object pinned to one version. :class:`~asyncdl.Engine` inherits them; each checks
-nothing itself and hands on to the module that does the work (``range_reads``)."""
+"""The engine's reads that are not downloads nor streams: a whole (small) object into
+memory, many byte ranges of one object pinned to one version, a URL as a file to
+read at any offset. :class:`~asyncdl.Engine` inherits them; each hands on to the
+module that does the work (``range_reads``, ``random_access``)."""
 
 from __future__ import annotations
 
@@ -12,12 +13,14 @@ from .adaptive import own_slots
 from .config import is_int_at_least
 from .context import Context
 from .errors import DownloadError, InvalidRequestError
+from .random_access import RandomAccessReader
 from .request_args import ExtraArgs
 from .streaming import ObjectStream
 
 
 class MemoryReads:
-    """What :class:`~asyncdl.Engine` reads into memory (its methods render there)."""
+    """What :class:`~asyncdl.Engine` reads besides downloads and streams (its methods
+    render there)."""
 
     @property
     def _context(self) -> Context:  # pragma: no cover - the engine's own replaces it
@@ -130,5 +133,20 @@ class MemoryReads:
             etag=etag,
             max_gap=max_gap,
             max_request=max_request,
+            url=url,
+        )
+
+    def open_url(
+        self, url: str, *, block_size: int | None = None, cache_blocks: int | None = None
+    ) -> RandomAccessReader:
+        """What ``url`` serves as a file to read at any offset, as :meth:`open` gives an
+        object (see :meth:`download_url` for what a URL download does and shows)."""
+        return RandomAccessReader(
+            self._context,
+            "",
+            "",
+            block_size=block_size,
+            cache_blocks=cache_blocks,
+            extra_args=None,
             url=url,
         )

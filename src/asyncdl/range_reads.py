@@ -156,7 +156,7 @@ async def fetch_spans(
             # Only the first piece is planned before the size is known: a hostile
             # range of 2**62 bytes must not be cut into pieces before it is refused.
             piece = next(spans[0].pieces(max_request))
-            first, size, etag = await _first_get(ctx, obj, piece, size=size, etag=etag)
+            first, size, etag = await first_get(ctx, obj, piece, size=size, etag=etag)
             check_within(asked, size, bucket=obj.bucket, key=obj.key)
         pieces = [piece for span in spans for piece in span.pieces(max_request)]
         sink = SpanSink(spans)
@@ -186,11 +186,13 @@ async def fetch_spans(
             first.close()
 
 
-async def _first_get(
+async def first_get(
     ctx: Context, obj: S3Object, piece: ByteRange, *, size: int | None, etag: str | None
-) -> tuple[Response, int, str | None]:
+) -> tuple[Response | None, int, str | None]:
     """The first GET, retried as a stream's is: its answer, the object's size and the
-    ETag the others are pinned to (``etag`` itself when the caller gave one)."""
+    ETag the others are pinned to (``etag`` itself when the caller gave one). A 416
+    that names the object's size is that size, with no answer: ``piece`` starts at or
+    past the end, which the caller's check of its ranges then says."""
 
     async def attempt() -> Response | RangeNotSatisfiable:
         try:
@@ -207,34 +209,38 @@ async def _first_get(
         counters=ctx.counters,
     )
     if isinstance(answer, RangeNotSatisfiable):
-        if answer.actual_size is not None:
+        if answer.actual_size is None:
             raise obj.error(
-                f"bytes from {piece.start} run past the end of the "
-                f"{answer.actual_size}-byte object",
+                f"the server says bytes from {piece.start} are past the end (HTTP 416)",
                 InvalidRequestError,
             )
-        raise obj.error(
-            f"the server says bytes from {piece.start} are past the end (HTTP 416)",
-            InvalidRequestError,
-        )
+        found, response = answer.actual_size, None
+    else:
+        response = answer
+        found = _size_in(obj, response, piece)
+    if size is not None and found != size:
+        if response is not None:
+            response.close()
+        raise obj.error(f"object is {found} bytes, not the {size} given", ObjectChangedError)
+    return response, found, etag or (response.etag if response is not None else None)
+
+
+def _size_in(obj: S3Object, answer: Response, piece: ByteRange) -> int:
+    """The object's size, as the first answer says it; an answer to another range than
+    ``piece`` (short of it only where the object ends) is closed and an error."""
     content_range = answer.content_range
     if answer.status == 200 and content_range is None:
-        found = answer.content_length  # the server ignored Range: the whole object
-    elif (
+        return answer.content_length  # the server ignored Range: the whole object
+    if (
         answer.status == 206
         and content_range is not None
         and content_range.start == piece.start
         and content_range.end in (piece.end, content_range.total)
         and content_range.end <= piece.end
     ):
-        found = content_range.total
-    else:
-        answer.close()
-        raise obj.error(
-            f"asked for bytes [{piece.start}, {piece.end}), got HTTP {answer.status} "
-            f"with Content-Range {content_range}"
-        )
-    if size is not None and found != size:
-        answer.close()
-        raise obj.error(f"object is {found} bytes, not the {size} given", ObjectChangedError)
-    return answer, found, etag or answer.etag
+        return content_range.total
+    answer.close()
+    raise obj.error(
+        f"asked for bytes [{piece.start}, {piece.end}), got HTTP {answer.status} "
+        f"with Content-Range {content_range}"
+    )

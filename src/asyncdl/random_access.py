@@ -1,0 +1,350 @@
+"""An object as a file to read at any offset: the async reader ``Engine.open`` gives,
+and its synchronous face for a worker thread.
+
+Opening sends one GET, of the first block (no HEAD): it brings the size and the
+ETag that every later GET is pinned to, so whatever is read comes from one version
+of the object, or fails with ``ObjectChangedError``. Reads go through a small LRU
+cache of ``block_size`` blocks; the blocks a read lacks are fetched together
+(adjacent ones in one GET, ``range_reads``), and a read that starts where the last
+one ended fetches as many blocks again ahead of it. Each GET takes a slot of the
+engine's budget only while it is in flight: between reads the reader holds cached
+bytes and nothing else, so a reader dropped unclosed leaks no slot, no connection.
+
+A server that sends no strong ETag (none, or a weak one) cannot have later reads
+pinned: opening such an object larger than one block fails rather than risk a
+mixture. A server that ignores Range cannot serve blocks: opening fails too.
+
+:class:`SyncReader` is an ``io.RawIOBase`` over the reader, for a library that reads
+files (``zipfile``, ``pyarrow``) in a worker thread while the engine's loop runs:
+each read is handed to the loop (``run_coroutine_threadsafe``) and waited for.
+Used on the loop's own thread it would wait for itself forever: it refuses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import threading
+from collections import OrderedDict
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Any, Self
+
+from .config import MiB, is_int_at_least
+from .context import Context
+from .errors import InvalidRequestError
+from .get_response import UNKNOWN_LENGTH
+from .parts import Fetch, Part, fetch_part
+from .progress import Reporter
+from .range_plan import Span, coalesce
+from .range_reads import SpanSink, fetch_spans, first_get
+from .ranges import ByteRange
+from .request_args import ExtraArgs, check_bucket_and_key, check_extra_args
+from .url_source import check_url
+from .verify import Verifier
+
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
+
+#: Bytes per block: at S3's ~90 MB/s per connection a MiB costs about as long as a
+#: request's own latency, so smaller blocks would be paid mostly in round trips.
+DEFAULT_BLOCK_SIZE = 1 * MiB
+#: Blocks the cache keeps (memory: about ``block_size * cache_blocks`` per reader).
+DEFAULT_CACHE_BLOCKS = 16
+
+
+class RandomAccessReader:
+    """An object opened for reading at any offset (:meth:`~asyncdl.Engine.open`):
+    ``await read(n)``, ``await readinto(buffer)``, ``seek``, ``tell``, as a binary file.
+
+    ```python
+    async with engine.open("my-bucket", "data/archive.zip") as f:
+        f.seek(-22, 2)  # the end of central directory record
+        record = await f.read(22)
+    ```
+
+    ``await engine.open(...)`` opens it too (one GET, of the first block); ``size``
+    and ``etag`` are known once it is open. Every GET is pinned to ``etag``: an
+    object replaced meanwhile raises :class:`~asyncdl.ObjectChangedError`. It holds
+    no slot of the engine's budget between reads; :meth:`aclose` drops the cache.
+    """
+
+    def __init__(
+        self,
+        ctx: Context,
+        bucket: str,
+        key: str,
+        *,
+        block_size: int | None,
+        cache_blocks: int | None,
+        extra_args: ExtraArgs | None,
+        url: str | None = None,
+    ) -> None:
+        if url is None:
+            check_bucket_and_key(bucket, key)
+            args = check_extra_args(extra_args, bucket=bucket, key=key)
+        else:
+            bucket, key, args = "", check_url(url), {}
+        chunk = ctx.config.chunk_size
+        block_size = min(DEFAULT_BLOCK_SIZE, chunk) if block_size is None else block_size
+        cache_blocks = DEFAULT_CACHE_BLOCKS if cache_blocks is None else cache_blocks
+        if not is_int_at_least(block_size, 1) or block_size > chunk:
+            raise InvalidRequestError(
+                f"block_size must be an int between 1 and the chunk_size {chunk}, "
+                f"got {block_size!r}",
+                bucket=bucket,
+                key=key,
+            )
+        if not is_int_at_least(cache_blocks, 1) or cache_blocks > 10_000:
+            raise InvalidRequestError(
+                f"cache_blocks must be an int between 1 and 10000, got {cache_blocks!r}",
+                bucket=bucket,
+                key=key,
+            )
+        #: The object's bucket and key (of a URL: ``""`` and the URL without its query).
+        self.bucket, self.key = bucket, key
+        self._ctx = ctx
+        self._obj = ctx.s3_object(bucket, key, args) if url is None else ctx.url_object(url)
+        self._block, self._most = block_size, cache_blocks
+        #: The object's size (``None`` until opened).
+        self.size: int | None = None
+        #: The ETag every GET is pinned to (``None`` until opened, and for an object
+        #: that fit in the first block of a server that sent none).
+        self.etag: str | None = None
+        self._cache: OrderedDict[int, bytes] = OrderedDict()
+        self._pos = 0
+        self._last_end = -1
+        #: Blocks a sequential read fetches ahead: doubles while reads stay sequential.
+        self._ahead = 1
+        self._lock = asyncio.Lock()
+        self._opened = self._closed = False
+
+    def __await__(self) -> Generator[Any, None, Self]:
+        return self.open().__await__()
+
+    async def __aenter__(self) -> Self:
+        return await self.open()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def open(self) -> Self:
+        """Send the first GET (the first block), which sets ``size`` and ``etag``."""
+        async with self._lock:
+            self._check_open(opening=True)
+            if not self._opened:
+                await self._first_block()
+                self._opened = True
+        return self
+
+    async def aclose(self) -> None:
+        """Drop the cache; later reads raise ``ValueError``. Idempotent."""
+        self._closed = True
+        self._cache.clear()
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`aclose` was called."""
+        return self._closed
+
+    def tell(self) -> int:
+        """The offset the next read starts at."""
+        return self._pos
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        """Move to ``offset`` from the start (``whence=0``), the current offset (1) or
+        the end (2, which needs the reader open); return the new offset. Past the end
+        is allowed (reads there give ``b""``), before the start is not."""
+        if not isinstance(offset, int) or isinstance(offset, bool):
+            raise InvalidRequestError(f"offset must be an int, got {offset!r}", **self._where)
+        if whence == 0:
+            base = 0
+        elif whence == 1:
+            base = self._pos
+        elif whence == 2:
+            self._check_open()
+            assert self.size is not None
+            base = self.size
+        else:
+            raise InvalidRequestError(f"whence must be 0, 1 or 2, got {whence!r}", **self._where)
+        if base + offset < 0:
+            raise InvalidRequestError(f"seek to {base + offset}, before the start", **self._where)
+        self._pos = base + offset
+        return self._pos
+
+    async def read(self, n: int = -1) -> bytes:
+        """Up to ``n`` bytes from the current offset (all that is left when ``n`` is
+        negative); ``b""`` at the end."""
+        data = await self.read_at(self._pos, n)
+        self._pos += len(data)
+        return data
+
+    async def readinto(self, buffer: WriteableBuffer) -> int:
+        """Read into ``buffer`` (bytes-like, writable); return how many bytes."""
+        view = memoryview(buffer).cast("B")
+        data = await self.read(len(view))
+        view[: len(data)] = data
+        return len(data)
+
+    async def read_at(self, offset: int, n: int = -1) -> bytes:
+        """Up to ``n`` bytes from ``offset``, leaving the current offset alone (as
+        ``os.pread``); what :class:`SyncReader` reads with."""
+        if not is_int_at_least(offset, 0) or not isinstance(n, int) or isinstance(n, bool):
+            raise InvalidRequestError(
+                f"offset must be an int >= 0 and n an int, got {offset!r}, {n!r}", **self._where
+            )
+        await self.open()
+        async with self._lock:
+            self._check_open()
+            size = self.size
+            assert size is not None
+            end = size if n < 0 else min(size, offset + n)
+            if offset >= end:
+                return b""
+            data = await self._read_blocks(offset, end)
+            self._last_end = end
+            return data
+
+    def sync(self) -> SyncReader:
+        """This reader as a blocking binary file (``io.RawIOBase``) for a worker thread,
+        while this loop runs: call it on the loop, hand the result to the thread."""
+        return SyncReader(self, asyncio.get_running_loop())
+
+    @property
+    def _where(self) -> dict[str, str]:
+        return {"bucket": self.bucket, "key": self.key}
+
+    def _check_open(self, *, opening: bool = False) -> None:
+        if self._closed:
+            raise ValueError(f"{self.bucket}/{self.key}: the reader is closed")
+        if not opening and not self._opened:
+            raise ValueError(f"{self.bucket}/{self.key}: the reader is not open yet")
+
+    async def _first_block(self) -> None:
+        ctx, obj, block = self._ctx, self._obj, self._block
+        first, size, etag = await first_get(ctx, obj, ByteRange(0, block), size=None, etag=None)
+        if first is None or size == 0:  # an empty object: nothing to read, nothing to pin
+            if first is not None:
+                first.close()
+            self.size, self.etag = size, etag
+            return
+        if first.content_range is None or size == UNKNOWN_LENGTH:
+            first.close()
+            raise obj.error("the server ignores Range: it cannot serve a file's blocks")
+        if etag is None and size > block:
+            first.close()
+            raise obj.error(
+                "the server sent no strong ETag: later reads could not be pinned to this "
+                "version (read_ranges fetches such an object in one GET)"
+            )
+        self.size, self.etag = size, etag
+        sink = SpanSink([Span(0, min(block, size))])
+        fetch = Fetch(ctx, obj, sink, etag, size, Verifier("off", None), Reporter(None))
+        await fetch_part(fetch, Part(0, min(block, size)), first)
+        self._keep(0, bytes(sink.buffers[0]))
+
+    async def _read_blocks(self, start: int, end: int) -> bytes:
+        size, block = self.size, self._block
+        assert size is not None
+        needed = range(start // block, (end - 1) // block + 1)
+        wanted = [i for i in needed if i not in self._cache]
+        after = needed[-1] + 1
+        if start != self._last_end:
+            self._ahead = 1
+        elif wanted or (after * block < size and after not in self._cache):
+            # Sequential, and about to run out of cached blocks: fetch ahead, twice as
+            # far each time (up to half the cache), so a long scan is few GETs.
+            last = min(needed[-1] + self._ahead, (size - 1) // block)
+            wanted += [i for i in range(after, last + 1) if i not in self._cache]
+            self._ahead = min(self._ahead * 2, max(self._most // 2, 1))
+        got: dict[int, bytes] = {}
+        if wanted:
+            asked = [(i * block, min((i + 1) * block, size)) for i in wanted]
+            chunk = self._ctx.config.chunk_size
+            spans = coalesce(asked, max_gap=0, max_request=chunk)
+            sink = await fetch_spans(
+                self._ctx, self._obj, asked, spans, chunk, size=size, etag=self.etag
+            )
+            got = {i: sink.cut(s, e) for i, (s, e) in zip(wanted, asked, strict=True)}
+        # Taken before any is kept: keeping may evict a block this read still needs.
+        blocks = {i: got[i] if i in got else self._cache[i] for i in needed}
+        pieces = [data[max(start - i * block, 0) : end - i * block] for i, data in blocks.items()]
+        for i, data in [*blocks.items(), *got.items()]:
+            self._keep(i, data)  # the blocks read ahead last: the most recent
+        return b"".join(pieces)
+
+    def _keep(self, index: int, data: bytes) -> None:
+        self._cache[index] = data
+        self._cache.move_to_end(index)
+        while len(self._cache) > self._most:
+            self._cache.popitem(last=False)
+
+
+class SyncReader(io.RawIOBase):
+    """A :class:`RandomAccessReader` as a blocking binary file, for a worker thread
+    (:meth:`RandomAccessReader.sync`). Each read runs on the reader's loop and is
+    waited for; its own offset, so the async reader's is left alone. Closing it does
+    not close the reader. On the loop's own thread every call raises ``RuntimeError``
+    (it would wait for itself)."""
+
+    def __init__(self, reader: RandomAccessReader, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__()
+        self._reader, self._loop = reader, loop
+        self._loop_thread = threading.get_ident()
+        self._pos = 0
+
+    def readable(self) -> bool:
+        """``True``."""
+        return True
+
+    def seekable(self) -> bool:
+        """``True``."""
+        return True
+
+    def readinto(self, buffer: WriteableBuffer) -> int:
+        """Read into ``buffer`` from this file's offset; how many bytes (0 at the end)."""
+        view = memoryview(buffer).cast("B")
+        data = self._wait(self._reader.read_at(self._pos, len(view)))
+        view[: len(data)] = data
+        self._pos += len(data)
+        return len(data)
+
+    def readall(self) -> bytes:
+        """All that is left, in one read."""
+        data = self._wait(self._reader.read_at(self._pos, -1))
+        self._pos += len(data)
+        return data
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        """As a file's ``seek``; the reader is not asked (its own offset stays)."""
+        if whence == io.SEEK_SET:
+            base = 0
+        elif whence == io.SEEK_CUR:
+            base = self._pos
+        elif whence == io.SEEK_END:
+            size = self._reader.size
+            if size is None:
+                raise ValueError("the reader is not open yet")
+            base = size
+        else:
+            raise ValueError(f"whence must be 0, 1 or 2, got {whence!r}")
+        if base + offset < 0:
+            raise ValueError(f"negative seek position {base + offset}")
+        self._pos = base + offset
+        return self._pos
+
+    def tell(self) -> int:
+        """This file's offset."""
+        return self._pos
+
+    def _wait(self, work: Any) -> bytes:
+        if threading.get_ident() == self._loop_thread:
+            work.close()
+            raise RuntimeError(
+                "SyncReader used on its event loop's thread would wait for itself: "
+                "use it in a worker thread (asyncio.to_thread), or the async reader here"
+            )
+        if self.closed:
+            work.close()
+            raise ValueError("I/O operation on closed file")
+        result: bytes = asyncio.run_coroutine_threadsafe(work, self._loop).result()
+        return result
