@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import inspect
 import json
 import os
 import random
@@ -74,9 +75,8 @@ WARM_KEY = "warm.bin"
 
 def file_read(opened: Callable[[], Awaitable[Any]]) -> Read:
     """Seek and read each range in turn through an async file object, opened (by
-    ``opened``, inside the clock) at the first read. A read may return fewer bytes
-    than asked (obstore's reader "reads up to" that many, and does, now and then, for
-    a 2 MiB read): each range is read until it is whole, as any caller must."""
+    ``opened``, inside the clock) at the first read. obstore's reader "reads up to"
+    the bytes asked: each range is read until it is whole, as its callers must."""
     files: list[Any] = []
 
     async def read(ranges: Ranges) -> list[Any]:
@@ -85,7 +85,7 @@ def file_read(opened: Callable[[], Awaitable[Any]]) -> Read:
         out = []
         for start, end in ranges:
             seeking = files[0].seek(start)
-            if asyncio.iscoroutine(seeking):  # obstore's seek is async
+            if inspect.isawaitable(seeking):  # obstore's seek is async (a future)
                 await seeking
             pieces = [bytes(await files[0].read(end - start))]
             while (got := sum(map(len, pieces))) < end - start and pieces[-1]:
@@ -222,13 +222,20 @@ async def one_run(client: str, plan: dict[str, Any]) -> dict[str, Any]:
 
 def check(local: str, asked: Ranges, got: Sequence[Any]) -> list[str]:
     """The ranges whose bytes differ from the local copy's (an exception is wrong too)."""
+    wrong = []
     with open(local, "rb") as file:
-        return [
-            f"{start}-{end}"
-            for (start, end), data in zip(asked, got, strict=True)
-            if isinstance(data, BaseException)
-            or os.pread(file.fileno(), end - start, start) != bytes(data)
-        ]
+        for (start, end), data in zip(asked, got, strict=True):
+            if isinstance(data, BaseException):
+                wrong.append(f"{start}-{end}: {data!r}")
+                continue
+            came, expected = bytes(data), os.pread(file.fileno(), end - start, start)
+            if came != expected:
+                pairs = zip(came, expected, strict=False)
+                at = next((i for i, (a, b) in enumerate(pairs) if a != b), None)
+                where = f"{len(came)} bytes, the first wrong at +{at}"
+                found = -1 if at is None else expected.find(came[at : at + 64])
+                wrong.append(f"{start}-{end}: {where} (what came is at +{found})")
+    return wrong
 
 
 # -- the orchestrator ----------------------------------------------------------------
