@@ -90,6 +90,8 @@ def test_overlapping_ranges_are_joined_past_the_max_and_cut_into_pieces() -> Non
         [(0, False)],
         [(0.0, 5)],
         [("0", "5")],
+        [(0, 2**63)],
+        [(10**5000, 10**5000 + 1)],
         [{0, 5}],
         ["05"],
     ],
