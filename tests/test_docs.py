@@ -8,22 +8,27 @@ objects the examples name are ``tests/docs_world.py``'s.
 
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import markdown
 import pytest
+import yaml
 
 from asyncdl.testing.moto_server import FAKE_ENV
 from asyncdl.testing.tcp_proxy import TcpProxy
 
 from . import docs_world
-from .docs_runner import KNOWN, ROOT, RUN, blocks, page_check_module
+from .docs_runner import KNOWN, ROOT, RUN, blocks, docstring_blocks, page_check_module, source
 
 PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md")])
-RUNNABLE = [page for page in PAGES if any(b.lang in RUN for b in blocks(page.read_text()))]
+RUNNABLE = [page for page in PAGES if any(b.lang in RUN for b in blocks(source(page)))]
+#: Modules whose docstrings hold examples: the API reference shows them.
+SOURCES = sorted(path for path in (ROOT / "src").rglob("*.py") if docstring_blocks(path))
 
 
 def _name(page: Path) -> str:
@@ -40,10 +45,59 @@ def test_every_block_is_run_or_plainly_not_code() -> None:
     strays = [
         f"{_name(page)}:{block.line}: {block.lang or '(no language)'}"
         for page in PAGES
-        for block in blocks(page.read_text())
+        for block in blocks(source(page))
+        if block.lang not in KNOWN
+    ]
+    strays += [
+        f"{_name(path)}:{name}: {block.lang or '(no language)'}"
+        for path in SOURCES
+        for name, found in docstring_blocks(path)
+        for block in found
         if block.lang not in KNOWN
     ]
     assert not strays, strays
+
+
+def _site_markdown() -> tuple[list[str], dict[str, Any]]:
+    """mkdocs.yml's Markdown extensions, less those that need the site (the click
+    directive) or that ``source`` has done (snippets)."""
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    def python_name(loader: yaml.Loader, suffix: str, node: yaml.Node) -> Any:
+        module, _, name = suffix.rpartition(".")
+        return getattr(importlib.import_module(module), name)
+
+    Loader.add_multi_constructor("tag:yaml.org,2002:python/name:", python_name)
+    site = yaml.load((ROOT / "mkdocs.yml").read_text(), Loader=Loader)
+    names: list[str] = []
+    configs: dict[str, Any] = {}
+    for entry in site["markdown_extensions"]:
+        name, config = next(iter(entry.items())) if isinstance(entry, dict) else (entry, None)
+        if name in ("mkdocs-click", "pymdownx.snippets"):
+            continue
+        names.append(name)
+        if config:
+            configs[name] = config
+    return names, configs
+
+
+@pytest.mark.parametrize("page", PAGES, ids=_name)
+def test_every_code_block_a_reader_sees_is_one_the_runner_sees(page: Path) -> None:
+    # An indented code block, a fence the renderer reads otherwise, or a block hidden in
+    # a comment would be shown and not run (or run and not shown).
+    names, configs = _site_markdown()
+    html = markdown.markdown(source(page), extensions=names, extension_configs=configs)
+    assert html.count("<pre") == len(blocks(source(page)))
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("path", SOURCES, ids=_name)
+def test_docstring_examples_run(
+    path: Path, my_bucket: str, proxy: TcpProxy, tmp_path: Path
+) -> None:
+    _run(path, my_bucket, proxy, tmp_path)
 
 
 def test_every_page_check_has_its_page() -> None:
@@ -55,6 +109,10 @@ def test_every_page_check_has_its_page() -> None:
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("page", RUNNABLE, ids=_name)
 def test_page_examples_run(page: Path, my_bucket: str, proxy: TcpProxy, tmp_path: Path) -> None:
+    _run(page, my_bucket, proxy, tmp_path)
+
+
+def _run(page: Path, my_bucket: str, proxy: TcpProxy, tmp_path: Path) -> None:
     work = tmp_path / "work"
     work.mkdir()
     # `asyncdl` as the console script runs it, whether or not this environment has been
