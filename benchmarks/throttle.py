@@ -8,7 +8,7 @@ prefix serves, in a shape a fixed concurrency cannot adapt to. Each run download
 them all with ``download_many`` in a fresh process (so the client's CPU is its own),
 at the default ``max_attempts`` (5), in three modes:
 
-- fixed c64: ``max_concurrency=64, adaptive=False`` (what asyncdl did before);
+- fixed c64: ``max_concurrency=64, adaptive=False`` (a fixed limit, as most clients have);
 - adaptive c64: ``max_concurrency=64`` (the default, ``adaptive=True``);
 - fixed cN: ``max_concurrency=N, adaptive=False``, the ideal: it knows N.
 

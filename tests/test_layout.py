@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "src" / "asyncdl"
-#: "About 400 lines" (the architecture issue): room for a docstring more, not for two
+#: About 400 lines, with room for a docstring more: not enough for two
 #: concepts in one file.
 MAX_LINES = 450
 

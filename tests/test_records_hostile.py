@@ -222,7 +222,7 @@ def test_records_are_never_read_through_a_link_or_from_a_fifo(tmp_path: Path) ->
         assert done.wait(10), "the scan waits on the FIFO"
         assert found == ["not written by asyncdl"]
     finally:
-        if not done.is_set():  # release the reader the old code leaves stuck in open()
+        if not done.is_set():  # a reader stuck in open(): a FIFO waits for a writer
             os.close(os.open(sidecar / "fifo.jsonl", os.O_WRONLY))
             done.wait(10)
         store.close()
