@@ -6,7 +6,9 @@ server (``tests/test_docs.py``); an example names only keys listed here.
 
 from __future__ import annotations
 
+import io
 import random
+import zipfile
 from typing import Any
 
 BUCKET = "my-bucket"
@@ -21,6 +23,35 @@ def _csv(quarter: str, rows: int) -> bytes:
     lines = ["date,region,amount"]
     lines += [f"{quarter}-{day:02d},eu-west-1,{day * 37 % 1000}" for day in range(1, rows + 1)]
     return ("\n".join(lines) + "\n").encode()
+
+
+def _zip() -> bytes:
+    """A ZIP of 40 logs, stored (not compressed), with fixed dates: the same bytes each run."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_STORED) as archive:
+        for day in range(1, 41):
+            info = zipfile.ZipInfo(f"2026/{day:02d}.log", date_time=(2026, 1, 1, 0, 0, 0))
+            archive.writestr(info, _bytes(50_000, 100 + day))
+    return out.getvalue()
+
+
+def _parquet() -> bytes:
+    """A Parquet table of 200,000 sales (four int64 columns, one row group), uncompressed."""
+    import pyarrow as pa  # noqa: PLC0415 - only this object needs it
+    import pyarrow.parquet as pq  # noqa: PLC0415
+
+    rows = 200_000
+    table = pa.table(
+        {
+            "day": pa.array([i % 365 for i in range(rows)], pa.int64()),
+            "store": pa.array([i % 97 for i in range(rows)], pa.int64()),
+            "item": pa.array([i * 7 % 1009 for i in range(rows)], pa.int64()),
+            "amount": pa.array([i * 37 % 1000 for i in range(rows)], pa.int64()),
+        }
+    )
+    out = io.BytesIO()
+    pq.write_table(table, out, compression="none", row_group_size=rows)
+    return out.getvalue()
 
 
 #: Key -> body.
@@ -45,6 +76,8 @@ OBJECTS: dict[str, bytes] = {
     "public/index.html": b"<!doctype html><title>hello</title><p>hello</p>\n",
     "public/data.csv": _csv("2026-q3", 10),
     "checked/data.bin": _bytes(5 * MiB, 7),
+    "archives/logs.zip": _zip(),
+    "tables/sales.parquet": _parquet(),
 }
 
 #: Keys stored with a whole-object checksum of this algorithm (S3's own); the others

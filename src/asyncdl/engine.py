@@ -300,9 +300,12 @@ class Engine(MemoryReads):
         """The bytes ``[start, end)`` of the object, in order, as they arrive.
 
         ```python
-        async with engine.stream("my-bucket", "logs/today.log") as stream:
-            async for chunk in stream:
-                ...
+        import asyncdl
+
+        async with asyncdl.Engine() as engine:
+            async with engine.stream("my-bucket", "videos/intro.mp4") as stream:
+                async for chunk in stream:
+                    ...
         ```
 
         Parts of ``chunk_size`` bytes are fetched concurrently (``prefetch`` ahead of

@@ -77,9 +77,13 @@ class MemoryReads:
         first four bytes), in the order given, all from one version of the object.
 
         ```python
-        footer, header = await engine.read_ranges(
-            "my-bucket", "data/table.parquet", [(size - 8, size), (0, 4)]
-        )
+        import asyncdl
+
+        async with asyncdl.Engine() as engine:
+            header, footer = await engine.read_ranges(
+                "my-bucket", "tables/sales.parquet", [(0, 4), (925_550, 925_558)]
+            )
+        assert header == footer[-4:] == b"PAR1"
         ```
 
         Ranges may come in any order and overlap; an empty one (``start == end``) is

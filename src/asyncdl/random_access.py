@@ -57,9 +57,13 @@ class RandomAccessReader:
     ``await read(n)``, ``await readinto(buffer)``, ``seek``, ``tell``, as a binary file.
 
     ```python
-    async with engine.open("my-bucket", "data/archive.zip") as f:
-        f.seek(-22, 2)  # the end of central directory record
-        record = await f.read(22)
+    import asyncdl
+
+    async with asyncdl.Engine() as engine:
+        async with engine.open("my-bucket", "archives/logs.zip") as f:
+            f.seek(-22, 2)  # the ZIP's end of central directory record
+            record = await f.read(22)
+    assert record.startswith(b"PK")
     ```
 
     ``await engine.open(...)`` opens it too (one GET, of the first block); ``size``
