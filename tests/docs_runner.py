@@ -60,6 +60,10 @@ _COMMENT = re.compile(r"<!--.*?-->", re.S)
 _SNIPPET = re.compile(r'^[ \t]*--8<--[ \t]+"(?P<path>[^"]+)"[ \t]*$', re.M)
 
 
+#: The namespace's name for what each sh block printed (stdout, then stderr), in order.
+SH_OUTPUT = "__sh_output__"
+
+
 @dataclass(frozen=True)
 class Block:
     lang: str
@@ -194,7 +198,16 @@ def _run_blocks(
                 loop.run_until_complete(result)
         elif block.lang == "sh":
             script = _web_server(_shell(block.code, here))
-            done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], check=False)
+            done = subprocess.run(
+                ["bash", "-euo", "pipefail", "-c", script],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            sys.stdout.write(done.stdout)
+            sys.stderr.write(done.stderr)
+            # What the page's check reads to see the commands did what the page says.
+            namespace.setdefault(SH_OUTPUT, []).append(done.stdout + done.stderr)
             if done.returncode != 0:
                 raise SystemExit(f"{here}: the sh block exited {done.returncode}")
 

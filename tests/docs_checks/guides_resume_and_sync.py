@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 import asyncdl
 from tests import docs_world
+from tests.docs_runner import SH_OUTPUT
 
 BIG = docs_world.OBJECTS["datasets/big.bin"]
 
@@ -35,8 +37,13 @@ async def check(namespace: dict[str, Any]) -> None:
     assert isinstance(namespace["refused"], asyncdl.TargetBusyError)
     assert namespace["again"].ok
     assert Path("again.bin").read_bytes() == BIG
-    # The command's copy, stopped and continued.
+    # The command's copy, stopped (its partial file listed) and continued from it.
     assert Path("copy.bin").read_bytes() == BIG
+    (stopped,) = [o for o in namespace[SH_OUTPUT] if "would remove: .copy.bin.asyncdl-partial" in o]
+    assert "would free " in stopped
+    resumed = re.search(r"to copy\.bin \(resumed: ([\d.]+) MiB were already here\)", stopped)
+    assert resumed is not None, stopped
+    assert 0 < float(resumed[1]) < len(BIG) / 2**20, stopped
     # No partial file, journal or temp file is left anywhere.
     own = (".asyncdl-partial", ".asyncdl-journal", ".asyncdl-tmp")
     leftovers = [p for p in Path().rglob(".*") if p.name.endswith(own)]
