@@ -320,3 +320,25 @@ async def test_read_ranges_url(
     assert proxy.requests[1].headers.get("if-match") == etag
     with pytest.raises(asyncdl.InvalidRequestError, match="past the end"):
         await engine.read_ranges_url(url, [(0, 4 * CHUNK + 1)])
+
+
+async def test_read_ranges_cancelled_midway_leaks_no_slot(
+    s3: Any, bucket: str, proxy: TcpProxy, client: Any
+) -> None:
+    data = payload(8 * CHUNK)
+    s3.put_object(Bucket=bucket, Key="k", Body=data)
+    config = asyncdl.TransferConfig(chunk_size=CHUNK, max_concurrency=2)
+    ranges = [(i * CHUNK, i * CHUNK + 10) for i in range(8)]
+    async with asyncdl.Engine(client, config=config) as engine:
+        # The first answer comes; the pinned GETs after it stall, holding both slots.
+        proxy.rule = lambda r: Fault(cut_after=5, stall=30) if "if-match" in r.headers else None
+        reading = asyncio.create_task(engine.read_ranges(bucket, "k", ranges, max_gap=0))
+        await asyncio.sleep(0.5)
+        reading.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await reading
+        assert proxy.max_in_flight == 2
+        proxy.rule = None
+        async with asyncio.timeout(10):  # a leaked slot would hang here: fail instead
+            got = await engine.read_ranges(bucket, "k", ranges, max_gap=0)
+        assert got == [data[s:e] for s, e in ranges]
