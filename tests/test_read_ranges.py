@@ -342,3 +342,34 @@ async def test_read_ranges_cancelled_midway_leaks_no_slot(
         async with asyncio.timeout(10):  # a leaked slot would hang here: fail instead
             got = await engine.read_ranges(bucket, "k", ranges, max_gap=0)
         assert got == [data[s:e] for s, e in ranges]
+
+
+async def test_a_first_answer_longer_than_asked_is_cut(
+    engine: asyncdl.Engine, s3: Any, bucket: str, proxy: TcpProxy
+) -> None:
+    # s3rver answers "bytes=0-0" with the whole object, as a 206.
+    data = payload(3 * CHUNK)
+    etag = s3.put_object(Bucket=bucket, Key="k", Body=data)["ETag"]
+    headers = {
+        "Content-Range": f"bytes 0-{len(data) - 1}/{len(data)}",
+        "Content-Length": str(len(data)),
+        "ETag": etag,
+    }
+    proxy.rule = lambda r: Fault(reply=(206, headers, data)) if r.range == "bytes=0-0" else None
+    got = await engine.read_ranges(bucket, "k", [(2 * CHUNK, 2 * CHUNK + 3), (0, 1)], max_gap=0)
+    assert got == [data[2 * CHUNK : 2 * CHUNK + 3], data[:1]]
+    assert proxy.requests[1].headers.get("if-match") == etag
+
+
+async def test_an_empty_object_answered_with_a_zero_total(
+    engine: asyncdl.Engine, s3: Any, bucket: str, proxy: TcpProxy
+) -> None:
+    # s3rver's 206 "bytes 0-0/0" with a Content-Length of 1 it never sends.
+    etag = s3.put_object(Bucket=bucket, Key="empty", Body=b"")["ETag"]
+    headers = {"Content-Range": "bytes 0-0/0", "Content-Length": "1", "ETag": etag}
+    proxy.rule = lambda r: Fault(reply=(206, headers, b""))
+    async with asyncio.timeout(10):
+        with pytest.raises(asyncdl.InvalidRequestError, match="past the end of the 0-byte"):
+            await engine.read_ranges(bucket, "empty", [(0, 1)])
+        async with engine.open(bucket, "empty") as f:
+            assert (f.size, await f.read()) == (0, b"")

@@ -36,7 +36,7 @@ from .get_response import UNKNOWN_LENGTH
 from .parts import Fetch, Part, fetch_part
 from .progress import Reporter
 from .range_plan import Span, coalesce
-from .range_reads import SpanSink, fetch_spans, first_get
+from .range_reads import SpanSink, answered_end, fetch_spans, first_get
 from .ranges import ByteRange
 from .request_args import ExtraArgs, check_bucket_and_key, check_extra_args
 from .url_source import check_url
@@ -243,7 +243,7 @@ class RandomAccessReader:
         self.size, self.etag = size, etag
         sink = SpanSink([Span(0, min(block, size))])
         fetch = Fetch(ctx, obj, sink, etag, size, Verifier("off", None), Reporter(None))
-        await fetch_part(fetch, Part(0, min(block, size)), first)
+        await fetch_part(fetch, Part(0, answered_end(first)), first)
         self._keep(0, bytes(sink.buffers[0]))
 
     async def _read_blocks(self, start: int, end: int) -> bytes:
