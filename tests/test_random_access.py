@@ -8,8 +8,8 @@ import gc
 import io
 import threading
 import zipfile
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Coroutine
+from typing import Any, assert_type
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -141,11 +141,15 @@ async def test_hostile_seeks_and_reads(engine: asyncdl.Engine, s3: Any, bucket: 
 async def test_engine_open_still_opens_the_engine(client: Any, bucket: str, s3: Any) -> None:
     s3.put_object(Bucket=bucket, Key="k", Body=b"abc")
     engine = asyncdl.Engine(client)
-    opening = engine.open()
+    # What mypy --strict sees (tests are type-checked): the overloads tell them apart.
+    opening = assert_type(engine.open(), Coroutine[Any, Any, None])
     assert asyncio.iscoroutine(opening)
     await opening
     await engine.open()  # idempotent, as before
     assert engine.client is client
+    reader = engine.open(bucket, "k")
+    assert_type(reader, asyncdl.RandomAccessReader)
+    assert_type(await reader, asyncdl.RandomAccessReader)
     try:
         assert await engine.read_ranges(bucket, "k", [(1, 3)]) == [b"bc"]
     finally:
