@@ -15,9 +15,12 @@ proxy, which adds ``--rtt-ms`` before each request (20: 10 ms each way):
   range after the other, for the file objects (asyncdl's ``open``, obstore's
   ``open_reader_async``, s3fs's ``open`` in a thread).
 
-Each client runs in a fresh process per run, metered (wall, and the process's CPU in
-all its threads) from its first request to its last; clients are made before the
-clock starts, a file object is opened inside it. Every range read is compared with
+``asyncdl-listed`` is ``read_ranges`` given the object's size and ETag from a listing
+made before the clock, as a dataset reader has them. Each client runs in a fresh
+process per run. It reads two bytes of a tiny other object first (not counted), so
+it is measured warm, as in a running app; then it is metered (wall, and the
+process's CPU in all its threads) from its first request to its last; a file
+object is opened inside the clock. Every range read is compared with
 the local copy: one wrong byte fails the benchmark. The proxy counts the requests,
 the bytes it relays, and the GETs that carry neither ``If-Match`` nor ``versionId``
 (reads not pinned to one version of the object).
@@ -56,8 +59,16 @@ GiB = 1024 * MiB
 #: Rows of each case: a range API in one call per step, or a file object (``-open``,
 #: ``-reader``) that seeks and reads range after range.
 CLIENTS = {
-    "random": ("asyncdl", "obstore", "s3fs"),
-    "parquet": ("asyncdl", "asyncdl-open", "obstore", "obstore-reader", "s3fs", "s3fs-open"),
+    "random": ("asyncdl", "asyncdl-listed", "obstore", "s3fs"),
+    "parquet": (
+        "asyncdl",
+        "asyncdl-listed",
+        "asyncdl-open",
+        "obstore",
+        "obstore-reader",
+        "s3fs",
+        "s3fs-open",
+    ),
 }
 Ranges = list[tuple[int, int]]
 #: Reads ranges of one object and returns their bytes, in order.
@@ -96,19 +107,28 @@ def file_read(opened: Callable[[], Awaitable[Any]]) -> Read:
     return read
 
 
-async def asyncdl_client(plan: dict[str, Any], stack: AsyncExitStack, file: bool) -> Client:
+async def asyncdl_client(plan: dict[str, Any], stack: AsyncExitStack, kind: str) -> Client:
     import asyncdl  # noqa: PLC0415
 
     os.environ["AWS_ENDPOINT_URL_S3"] = plan["endpoint"]
     engine = await stack.enter_async_context(asyncdl.Engine())
     bucket = plan["bucket"]
-    if not file:
-        return lambda key: lambda ranges: engine.read_ranges(bucket, key, ranges)
+    known: dict[str, dict[str, Any]] = {}
+    if kind == "listed":
+        # The object's size and ETag from a listing before the clock, as a dataset
+        # reader has them: every GET is pinned from the first, none waits for another.
+        listing = await engine.client.list_objects_v2(Bucket=bucket, Prefix=plan["key"])
+        entry = listing["Contents"][0]
+        known[entry["Key"]] = {"size": entry["Size"], "etag": entry["ETag"]}
+    if kind != "open":
+        return lambda key: (
+            lambda ranges: engine.read_ranges(bucket, key, ranges, **known.get(key, {}))
+        )
     # Its defaults: the first GET brings the first block (1 MiB), size and ETag.
     return lambda key: file_read(lambda: stack.enter_async_context(engine.open(bucket, key)))
 
 
-async def obstore_client(plan: dict[str, Any], stack: AsyncExitStack, file: bool) -> Client:
+async def obstore_client(plan: dict[str, Any], stack: AsyncExitStack, kind: str) -> Client:
     import obstore  # noqa: PLC0415
     from obstore.store import S3Store  # noqa: PLC0415
 
@@ -120,7 +140,7 @@ async def obstore_client(plan: dict[str, Any], stack: AsyncExitStack, file: bool
         config={**config, "endpoint": plan["endpoint"], "region": region},  # type: ignore[arg-type]
         client_options={"allow_http": True},  # the proxy speaks plain HTTP
     )
-    if not file:
+    if not kind:
 
         def get_ranges(key: str) -> Read:
             async def read(ranges: Ranges) -> Sequence[Any]:
@@ -140,11 +160,11 @@ async def obstore_client(plan: dict[str, Any], stack: AsyncExitStack, file: bool
     return lambda key: file_read(lambda: opened(key))
 
 
-async def s3fs_client(plan: dict[str, Any], stack: AsyncExitStack, file: bool) -> Client:
+async def s3fs_client(plan: dict[str, Any], stack: AsyncExitStack, kind: str) -> Client:
     import s3fs  # type: ignore[import-untyped]  # noqa: PLC0415
 
     bucket, endpoint = plan["bucket"], plan["endpoint"]
-    if not file:
+    if not kind:
         # Its async API on this loop: one GET per range (fsspec merges none), gathered.
         fs = s3fs.S3FileSystem(asynchronous=True, endpoint_url=endpoint, skip_instance_cache=True)
         client = await fs.set_session()
@@ -200,7 +220,7 @@ async def one_run(client: str, plan: dict[str, Any]) -> dict[str, Any]:
     """Read the plan's ranges with ``client``: the ranges, their bytes, wall and CPU."""
     library, _, kind = client.partition("-")
     async with AsyncExitStack() as stack:
-        made = await CLIENT_MAKERS[library](plan, stack, file=bool(kind))
+        made = await CLIENT_MAKERS[library](plan, stack, kind)
         if plan["warm"]:  # two bytes: s3rver answers bytes=0-0 with the whole object
             await made(WARM_KEY)([(0, 2)])
         read = made(plan["key"])
