@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import inspect
 import json
 import os
@@ -441,7 +442,12 @@ def parse_size(text: str) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--server", choices=SERVERS, default="s3rver", help="(s3rver)")
-    parser.add_argument("--cases", type=lambda t: t.split(","), default=["random", "parquet"])
+    parser.add_argument(
+        "--cases",
+        type=lambda t: t.split(","),
+        default=["random", "parquet"],
+        help="a comma list (random,parquet)",
+    )
     parser.add_argument("--clients", type=lambda t: t.split(","), help="a comma list (all)")
     parser.add_argument("--runs", type=int, default=5, help="medians of (5)")
     parser.add_argument("--rtt-ms", type=float, default=20.0, help="added per request (20)")
@@ -466,6 +472,11 @@ def main() -> None:
     unknown = set(args.cases) - set(CLIENTS)
     if unknown:
         parser.error(f"unknown cases {sorted(unknown)}: choose from {sorted(CLIENTS)}")
+    every = {client for case in CLIENTS.values() for client in case}
+    if args.clients and set(args.clients) - every:
+        parser.error(f"unknown clients {sorted(set(args.clients) - every)}: {sorted(every)}")
+    if "parquet" in args.cases and importlib.util.find_spec("pyarrow") is None:
+        parser.error("the parquet case writes its file with pyarrow: pip install 'pyarrow>=15'")
     main_bench(args)
 
 
