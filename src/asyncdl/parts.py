@@ -85,8 +85,8 @@ class Part:
     pos: int = -1
     #: The running CRC: an int, or ``every_crc``'s three while the algorithm is unknown.
     crc: Any = 0
-    #: The CRC this part feeds, fixed before its first byte (``None``: computed later
-    #: from the file if a CRC checksum turns up).
+    #: The CRC this part feeds, the verifier's when its first byte comes (then fixed:
+    #: ``None``, computed later from the file if a CRC checksum turns up).
     crc_fn: Callable[[bytes, Any], Any] | None = None
 
     def __post_init__(self) -> None:
@@ -126,20 +126,19 @@ async def fetch_ranges(
     or only ``gaps``, each ``[start, end)`` cut by ``chunk_size`` (what a resumed
     download lacks)."""
     config = fetch.ctx.config
-    crc = fetch.verifier.crc
     # Bounds this download's part tasks; the shared budget is taken per request.
     window = asyncio.Semaphore(config.max_concurrency)
     try:
         async with asyncio.TaskGroup() as tasks:
             if first is not None:
                 await window.acquire()
-                tasks.create_task(_run(fetch, Part(0, first_end, crc_fn=crc), first, window))
+                tasks.create_task(_run(fetch, Part(0, first_end), first, window))
                 first = None  # the task owns it now
                 offset = first_end
             for gap_start, gap_end in [(offset, fetch.size)] if gaps is None else gaps:
                 for byte_range in plan_ranges(gap_end, config.chunk_size, gap_start):
                     await window.acquire()
-                    part = Part(byte_range.start, byte_range.end, crc_fn=crc)
+                    part = Part(byte_range.start, byte_range.end)
                     tasks.create_task(_run(fetch, part, None, window))
     finally:
         if first is not None:
@@ -239,7 +238,7 @@ async def _run_numbered(
         fetch.verifier.note_part(
             number, content_range.start, content_range.end, response.part_checksum
         )
-        part = Part(content_range.start, content_range.end, crc_fn=fetch.verifier.crc)
+        part = Part(content_range.start, content_range.end)
         opened, response = response, None
         # A retry of a cut part resumes with a pinned Range GET: its bounds are known.
         await fetch_part(fetch, part, opened)
@@ -269,7 +268,11 @@ async def fetch_part(fetch: Fetch, part: Part, response: Response | None) -> Non
             if part.pos == 0 and part.end == fetch.size:
                 # A whole-object answer carries S3's checksum: known before the body.
                 fetch.verifier.adopt(response.checksum)
-                part.crc_fn = fetch.verifier.crc
+            if part.pos == part.start:
+                # Nothing of the part written yet: it feeds the CRC known now. Read per
+                # part, not once per plan: a checksum HEAD that answered since the
+                # parts were planned spares the later ones ``every_crc``'s three.
+                part.crc_fn, part.crc = fetch.verifier.crc, 0
             await _drain(fetch, response, part)
         except Exception as exc:
             if not pinned and not fetch.rewritable and part.pos > part.start:
