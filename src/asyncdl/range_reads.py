@@ -19,6 +19,7 @@ with the whole object: every range is cut from that body as it passes.
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 from collections.abc import Sequence
 from typing import Any
@@ -161,7 +162,6 @@ async def fetch_spans(
         pieces = [piece for span in spans for piece in span.pieces(max_request)]
         sink = SpanSink(spans)
         fetch = Fetch(ctx, obj, sink, etag, size, Verifier("off", None), Reporter(None))
-        rest = pieces
         if first is not None:
             opened, first = first, None
             if opened.content_range is None:  # the whole object: every range is in it
@@ -173,10 +173,16 @@ async def fetch_spans(
                 opened.close()
                 await fetch_part(fetch, Part(spans[0].start, spans[-1].end), None)
                 return sink
-            await fetch_part(fetch, Part(pieces[0].start, answered_end(opened)), opened)
-            rest = pieces[1:]
-        if rest:
-            await fetch_ranges(fetch, None, 0, 0, [(p.start, p.end) for p in rest])
+            rest = [(p.start, p.end) for p in pieces[1:]]
+            async with asyncio.TaskGroup() as tasks:
+                # The other GETs go out while the first answer's body is read, here in
+                # this task, which owns it from the first step (a task not yet started
+                # when cancelled would never close it).
+                if rest:
+                    tasks.create_task(fetch_ranges(fetch, None, 0, 0, rest))
+                await fetch_part(fetch, Part(pieces[0].start, answered_end(opened)), opened)
+            return sink
+        await fetch_ranges(fetch, None, 0, 0, [(p.start, p.end) for p in pieces])
         return sink
     except BaseExceptionGroup as group:
         failure = _first_failure(group)
