@@ -16,6 +16,8 @@ from tests.docs_runner import ROOT
 
 MiB = 2**20
 _SIZES = {"chunk_size", "write_size"}
+#: A figure with a decimal point (2.87, 314.6), or a count of three digits or more.
+_FIGURE = re.compile(r"\b\d+\.\d+\b|\b\d{3,}\b")
 _SECONDS = {"read_timeout", "connect_timeout", "backoff_base", "backoff_max"}
 
 
@@ -60,7 +62,8 @@ async def check(namespace: dict[str, Any]) -> None:
     assert (stats.concurrency_limit, stats.max_concurrency, stats.objects_done) == (32, 32, 1)
 
     # The table lists every field of TransferConfig, with the code's default.
-    table = _table((ROOT / "docs" / "tuning.md").read_text())
+    page = (ROOT / "docs" / "tuning.md").read_text()
+    table = _table(page)
     fields = {f.name: f.default for f in dataclasses.fields(asyncdl.TransferConfig)}
     assert sorted(table) == sorted(fields), sorted(set(table) ^ set(fields))
     for name, default in fields.items():
@@ -85,6 +88,15 @@ async def check(namespace: dict[str, Any]) -> None:
     for name in ("read_timeout", "connect_timeout", "backoff_max"):
         with pytest.raises(ValueError, match=name):
             make(**{name: 0.0})
+
+    # Every figure the benchmarks section quotes is one benchmarks/README.md holds.
+    quoted = page.split("\n## The benchmarks\n", 1)[1]
+    measured = (ROOT / "benchmarks" / "README.md").read_text()
+    rows = [row for row in quoted.splitlines() if row.startswith("| [")]
+    figures = {figure for row in rows for figure in _FIGURE.findall(row)}
+    assert figures, quoted
+    unmeasured = sorted(figure for figure in figures if figure not in measured)
+    assert not unmeasured, unmeasured
 
     # The library does not choose an event loop: only the command's loop module
     # imports uvloop.
