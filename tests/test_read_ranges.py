@@ -333,11 +333,18 @@ async def test_read_ranges_cancelled_midway_leaks_no_slot(
         # The first answer comes; the pinned GETs after it stall, holding both slots.
         proxy.rule = lambda r: Fault(cut_after=5, stall=30) if "if-match" in r.headers else None
         reading = asyncio.create_task(engine.read_ranges(bucket, "k", ranges, max_gap=0))
-        await asyncio.sleep(0.5)
+        pinned: list[RequestRecord] = []
+        for _ in range(100):  # until the stalled GETs hold both slots
+            await asyncio.sleep(0.05)
+            pinned = [r for r in proxy.requests if "if-match" in r.headers]
+            if len(pinned) == 2:
+                break
+        await asyncio.sleep(0.2)
         reading.cancel()
         with pytest.raises(asyncio.CancelledError):
             await reading
-        assert proxy.max_in_flight == 2
+        # Two stalled GETs held both slots, and no third went out while they did.
+        assert len([r for r in proxy.requests if "if-match" in r.headers]) == 2
         proxy.rule = None
         async with asyncio.timeout(10):  # a leaked slot would hang here: fail instead
             got = await engine.read_ranges(bucket, "k", ranges, max_gap=0)

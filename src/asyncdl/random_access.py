@@ -36,10 +36,9 @@ from .get_response import UNKNOWN_LENGTH
 from .parts import Fetch, Part, fetch_part
 from .progress import Reporter
 from .range_plan import Span, coalesce
-from .range_reads import SpanSink, answered_end, fetch_spans, first_get
+from .range_reads import SpanSink, answered_end, fetch_spans, first_get, source
 from .ranges import ByteRange
-from .request_args import ExtraArgs, check_bucket_and_key, check_extra_args
-from .url_source import check_url
+from .request_args import ExtraArgs
 from .verify import Verifier
 
 if TYPE_CHECKING:
@@ -83,11 +82,8 @@ class RandomAccessReader:
         extra_args: ExtraArgs | None,
         url: str | None = None,
     ) -> None:
-        if url is None:
-            check_bucket_and_key(bucket, key)
-            args = check_extra_args(extra_args, bucket=bucket, key=key)
-        else:
-            bucket, key, args = "", check_url(url), {}
+        self._obj = source(ctx, bucket, key, extra_args, url)
+        bucket, key = self._obj.bucket, self._obj.key
         chunk = ctx.config.chunk_size
         block_size = min(DEFAULT_BLOCK_SIZE, chunk) if block_size is None else block_size
         cache_blocks = DEFAULT_CACHE_BLOCKS if cache_blocks is None else cache_blocks
@@ -107,7 +103,6 @@ class RandomAccessReader:
         #: The object's bucket and key (of a URL: ``""`` and the URL without its query).
         self.bucket, self.key = bucket, key
         self._ctx = ctx
-        self._obj = ctx.s3_object(bucket, key, args) if url is None else ctx.url_object(url)
         self._block, self._most = block_size, cache_blocks
         #: The object's size (``None`` until opened).
         self.size: int | None = None

@@ -97,11 +97,8 @@ async def read_ranges(
     url: str | None = None,
 ) -> list[bytes]:
     """The bytes of each ``(start, end)`` of ``ranges``, in the caller's order."""
-    if url is None:
-        check_bucket_and_key(bucket, key)
-        args = check_extra_args(extra_args, bucket=bucket, key=key)
-    else:
-        bucket, key, args = "", check_url(url), {}
+    obj = source(ctx, bucket, key, extra_args, url)
+    bucket, key = obj.bucket, obj.key
     where = {"bucket": bucket, "key": key}
     asked = check_ranges(ranges, **where)
     gap = DEFAULT_MAX_GAP if max_gap is None else max_gap
@@ -113,7 +110,6 @@ async def read_ranges(
     spans = coalesce(asked, max_gap=gap, max_request=most)
     if not spans:
         return [b""] * len(asked)  # only empty ranges: nothing to send
-    obj = ctx.s3_object(bucket, key, args) if url is None else ctx.url_object(url)
     with own_slots():
         try:
             sink = await fetch_spans(ctx, obj, asked, spans, most, size=size, etag=etag)
@@ -122,6 +118,18 @@ async def read_ranges(
         except Exception as exc:
             raise translate(exc, bucket=bucket, key=key) from exc
     return [sink.cut(start, end) for start, end in asked]
+
+
+def source(
+    ctx: Context, bucket: str, key: str, extra_args: ExtraArgs | None, url: str | None
+) -> S3Object:
+    """The requests of the object (of what ``url`` serves, when given: its ``bucket`` is
+    ``""``, its ``key`` the URL as shown), its name and GET arguments checked first."""
+    if url is None:
+        check_bucket_and_key(bucket, key)
+        return ctx.s3_object(bucket, key, check_extra_args(extra_args, bucket=bucket, key=key))
+    check_url(url)
+    return ctx.url_object(url)
 
 
 def check_known(
