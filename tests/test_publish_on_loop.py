@@ -75,12 +75,15 @@ async def test_a_slow_publish_sends_the_next_ones_to_a_thread(
     tmp_path: Path, executor: CountingExecutor, on_loop: QuickIO
 ) -> None:
     on_loop.LIMIT = -1.0  # every publish counts as slow
-    on_loop.OFF_LOOP = 2
+    on_loop.OFF_LOOP = 0.3  # seconds
     submitted = []
     for number in range(5):
+        if number == 4:
+            await asyncio.sleep(0.35)
         await publish(tmp_path / f"f{number}", b"data")
         submitted.append(executor.submitted)
-    # Two on the loop (slow, in a row), then two in a thread, then the loop again.
+    # Two on the loop (slow, in a row), then in a thread for OFF_LOOP seconds, then
+    # the loop again.
     assert submitted == [0, 0, 1, 2, 2]
     assert [(tmp_path / f"f{n}").read_bytes() for n in range(5)] == [b"data"] * 5
 

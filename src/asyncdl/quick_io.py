@@ -5,46 +5,96 @@ one write, a rename) costs tens of microseconds on a local disk: less than the h
 to a worker thread and back, which is a queue, futex wake-ups and the GIL passed to
 and fro, and for tiny objects was the larger part of the engine's own CPU. On a
 file system where such calls block (NFS, a loaded disk) they must not stall the
-loop: after two in a row took longer than :attr:`QuickIO.LIMIT`, the next
-:attr:`QuickIO.OFF_LOOP` go to the executor, then the loop is tried again. Two in a
-row, so that one call delayed by the scheduler on a busy machine does not count.
+loop: once calls on the loop take longer than :attr:`QuickIO.LIMIT` two in a row,
+or often enough between quick ones (NFS answers a stat from its cache, not a
+create), file calls go to the executor for :attr:`QuickIO.OFF_LOOP` seconds, then
+the loop is tried again; a file system still slow then stays off the loop twice as
+long each time, up to :attr:`QuickIO.MAX_OFF_LOOP`.
+
+What is not the file system's fault does not count: a call during which a garbage
+collection ran (the collection took the time), and one slow call now and then (the
+scheduler on a busy machine).
+
+The time off the loop is a time, not a number of calls: trying the loop again
+stalls it for the two slow calls that send it back, so how often that may happen is
+a share of the wall time, whatever the rate of calls (a count of 1000 calls is
+several tries a second at 10,000 calls a second, and hours at one a minute).
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import gc
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 _T = TypeVar("_T")
 
+_collections = 0
+
+
+def _count_collection(phase: str, info: dict[str, Any]) -> None:
+    global _collections  # noqa: PLW0603 (one counter per process, as the collector)
+    if phase == "start":
+        _collections += 1
+
+
+# A collection runs whole inside whatever call allocated: one that starts during a
+# timed call ends there too. The counter is all the library adds to the collector;
+# its settings are the application's (the ``asyncdl`` command's, see ``cli.work``).
+gc.callbacks.append(_count_collection)
+
+
+def collections() -> int:
+    """Garbage collections (of any generation) started in this process so far, since
+    this module was imported."""
+    return _collections
+
 
 class QuickIO:
+    #: Seconds a call on the loop may take and still be quick.
     LIMIT = 0.002
-    OFF_LOOP = 1000
+    #: Seconds file calls go to the executor once the loop was found slow.
+    OFF_LOOP = 0.25
+    #: The longest time off the loop, however long the file system stays slow.
+    MAX_OFF_LOOP = 60.0
+    #: A slow call counts one, a quick one takes this much off: the loop is left at
+    #: two. Two slow in a row trip it, and so do slow ones among few quick ones
+    #: (one call in four slow, or more), but not one in five, nor one now and then.
+    QUICK_CREDIT = 0.25
 
     def __init__(self) -> None:
-        self._off = 0
-        self._slow = 0
+        #: Until when (``time.monotonic()``) file calls go to the executor; 0: not.
+        self._off = 0.0
+        self._slow = 0.0
+        #: How many times over ``OFF_LOOP`` the next time off lasts: doubled at each
+        #: trip, 1 again once a call on the loop is quick.
+        self._backoff = 1
 
     def allowed(self) -> bool:
         """Whether the next call may run on the loop."""
         if self._off:
-            self._off -= 1
-            return False
+            if time.monotonic() < self._off:
+                return False
+            self._off = 0.0
         return True
 
     def took(self, seconds: float) -> None:
         """Count a call made on the loop."""
         if seconds <= self.LIMIT:
-            self._slow = 0
+            if self._slow:
+                self._slow = max(0.0, self._slow - self.QUICK_CREDIT)
+            self._backoff = 1
             return
         self._slow += 1
         if self._slow >= 2:
-            self._slow = 0
-            self._off = self.OFF_LOOP
+            self._slow = 0.0
+            window = min(self.OFF_LOOP * self._backoff, self.MAX_OFF_LOOP)
+            self._off = time.monotonic() + window
+            if window < self.MAX_OFF_LOOP:
+                self._backoff *= 2
 
     async def call(self, function: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
         """``function(*args, **kwargs)``: on the loop while that is quick, else in the
@@ -55,12 +105,16 @@ class QuickIO:
         return self.timed(call)
 
     def timed(self, function: Callable[[], _T]) -> _T:
-        """``function()`` here, on the loop, its time counted (see :meth:`took`)."""
+        """``function()`` here, on the loop, its time counted (see :meth:`took`)
+        unless a garbage collection ran meanwhile."""
+        collected = _collections
         started = time.perf_counter()
         try:
             return function()
         finally:
-            self.took(time.perf_counter() - started)
+            seconds = time.perf_counter() - started
+            if _collections == collected:
+                self.took(seconds)
 
 
 #: One per process: the file systems a process writes to are what decides.
