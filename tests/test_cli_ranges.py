@@ -57,13 +57,19 @@ def test_open_and_suffix_ranges_take_the_size_from_a_head(
     assert cat(proxy, f"--range=-{10 * CHUNK}", f"s3://{bucket}/k").stdout_bytes == data
 
 
-def test_a_range_past_the_end_exits_2_with_one_line(s3: Any, bucket: str, proxy: TcpProxy) -> None:
+def test_a_range_past_the_end_exits_1_naming_the_object(
+    s3: Any, bucket: str, proxy: TcpProxy
+) -> None:
+    # Only the first answer tells the size: a request was sent, so this is the object's
+    # failure (status 1), not a usage error (status 2 promises nothing was sent).
     s3.put_object(Bucket=bucket, Key="k", Body=b"0123456789")
     result = cat(proxy, "--range", "5-10", f"s3://{bucket}/k")
-    assert result.exit_code == 2
-    (line,) = result.stderr.splitlines()
-    assert line.startswith("error: ")
-    assert "past the end of the 10-byte object" in line
+    assert result.exit_code == 1
+    assert proxy.requests
+    first, *rest = result.stderr.splitlines()
+    assert first.startswith(f"error: s3://{bucket}/k: ")
+    assert "past the end of the 10-byte object" in first
+    assert rest == ["1 of 1 objects failed"]
     assert result.stdout_bytes == b""
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from ..errors import DownloadError, InvalidRequestError
+from ..errors import DownloadError
 from .app import Settings
 from .output import Output, ReaderGone, silence_stdout
 from .params import HttpUrl, RangeArg, S3Url
@@ -63,9 +63,9 @@ async def _ranges_to(
                 pieces = await engine.read_ranges(
                     source.bucket, source.key, asked, size=size, etag=etag
                 )
-        except InvalidRequestError:
-            raise  # a range past the end: a usage error
         except DownloadError as error:
+            # A range past the end included: the size came with an answer, so a request
+            # was sent and this is the object's failure, not a usage error.
             output.count(error)
             return
         try:
