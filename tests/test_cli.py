@@ -232,7 +232,9 @@ def test_a_missing_object_is_one_line_and_exit_1(
 def test_debug_shows_the_traceback(bucket: str, proxy: TcpProxy, tmp_path: Path) -> None:
     result = run(proxy, "cp", "--debug", f"s3://{bucket}/missing.txt", str(tmp_path))
     assert result.exit_code == 1
-    err = [line for line in lines(result.stderr) if not line.startswith("stats: ")]
+    # --debug's log lines (the event loop, retries) and stats come before and after.
+    assert "INFO asyncdl: event loop: " in result.stderr
+    err = [line for line in lines(result.stderr) if not line.startswith(("stats: ", "INFO "))]
     assert err[0] == "Traceback (most recent call last):"
     assert "botocore.exceptions.ClientError" in result.stderr  # the cause, chained
     assert err[-2:] == [

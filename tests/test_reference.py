@@ -198,6 +198,24 @@ def undocumented(path: str) -> list[str]:
             for attribute in _assigned(member):
                 if not attribute.startswith("_") and not _commented(file, member):
                     missing.append(f"{path}.{attribute}")
+        # Methods it inherits from asyncdl's own bases (Engine's readers, say) are shown
+        # on its page too, and only with a docstring.
+        for base in obj.__mro__[1:]:
+            if not base.__module__.startswith("asyncdl"):
+                continue
+            base_file = Path(inspect.getsourcefile(base) or "")
+            (base_node,) = [
+                n
+                for n in _tree(base_file).body
+                if isinstance(n, ast.ClassDef) and n.name == base.__name__
+            ]
+            missing += [
+                f"{path}.{member.name}"
+                for member in base_node.body
+                if isinstance(member, ast.FunctionDef | ast.AsyncFunctionDef)
+                and not member.name.startswith("_")
+                and not ast.get_docstring(member)
+            ]
     return missing
 
 
