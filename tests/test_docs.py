@@ -70,6 +70,7 @@ def _site_markdown() -> tuple[list[str], dict[str, Any]]:
         return getattr(importlib.import_module(module), name)
 
     Loader.add_multi_constructor("tag:yaml.org,2002:python/name:", python_name)
+    Loader.add_constructor("!relative", lambda loader, node: str(ROOT))
     site = yaml.load((ROOT / "mkdocs.yml").read_text(), Loader=Loader)
     names: list[str] = []
     configs: dict[str, Any] = {}
