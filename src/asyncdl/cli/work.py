@@ -33,7 +33,7 @@ GEN0_THRESHOLD = 10_000
 
 
 @contextlib.contextmanager
-def _collector_for_the_run() -> Iterator[None]:
+def tuned_collector() -> Iterator[None]:
     """The command's garbage collector while it downloads: the ~100,000 objects of
     the imports, the client and the engine, built by now and alive to the end, are
     frozen (never walked again by a collection of the oldest generation), and the
@@ -63,7 +63,7 @@ async def _open_engine(settings: Settings, output: Output | None = None) -> Asyn
             stack, settings.config, endpoint_url=settings.endpoint_url, timestamps_as_text=True
         )
         engine = await stack.enter_async_context(Engine(client, config=settings.config))
-        stack.enter_context(_collector_for_the_run())
+        stack.enter_context(tuned_collector())
         try:
             yield engine
         finally:
