@@ -51,6 +51,9 @@ class Context:
     #: The engine's own HTTP session for URL downloads, made when first needed by a
     #: client whose HTTP session cannot carry them; closed by :meth:`close`.
     _url_session: aiohttp.ClientSession | None = field(default=None, init=False)
+    #: Set once the engine has closed: what still holds the context (a random-access
+    #: reader) must not send through a closed client or count in a closed engine.
+    closed: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
         rate = self.config.max_bandwidth
@@ -120,6 +123,7 @@ class Context:
         return self._url_session
 
     async def close(self) -> None:
+        self.closed = True
         if self._url_session is not None:
             session, self._url_session = self._url_session, None
             await session.close()

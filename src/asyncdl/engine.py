@@ -102,11 +102,15 @@ class Engine(MemoryReads):
         ``pyarrow``.
         """
         if bucket is None and key is None:
+            if (block_size, cache_blocks, extra_args) != (None, None, None):
+                raise TypeError("open(): block_size, cache_blocks and extra_args go with a key")
             return self._open()
+        if bucket is None or key is None:
+            raise TypeError("open() takes a bucket and a key, or neither (to open the engine)")
         return RandomAccessReader(
             self._context,
-            bucket,  # type: ignore[arg-type]  # None is refused there, as a bad bucket
-            key,  # type: ignore[arg-type]
+            bucket,
+            key,
             block_size=block_size,
             cache_blocks=cache_blocks,
             extra_args=extra_args,

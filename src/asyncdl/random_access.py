@@ -23,12 +23,15 @@ Used on the loop's own thread it would wait for itself forever: it refuses.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import io
+import operator
 import threading
 from collections import OrderedDict
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any, Self
 
+from .adaptive import own_slots
 from .config import MiB, is_int_at_least
 from .context import Context
 from .errors import InvalidRequestError
@@ -131,14 +134,17 @@ class RandomAccessReader:
         async with self._lock:
             self._check_open(opening=True)
             if not self._opened:
-                await self._first_block()
+                with own_slots():
+                    await self._first_block()
                 self._opened = True
         return self
 
     async def aclose(self) -> None:
-        """Drop the cache; later reads raise ``ValueError``. Idempotent."""
+        """Drop the cache; later reads raise ``ValueError``. Idempotent. A read in
+        flight ends first (it would fill the cache again)."""
         self._closed = True
-        self._cache.clear()
+        async with self._lock:
+            self._cache.clear()
 
     @property
     def closed(self) -> bool:
@@ -155,6 +161,8 @@ class RandomAccessReader:
         is allowed (reads there give ``b""``), before the start is not."""
         if not isinstance(offset, int) or isinstance(offset, bool):
             raise InvalidRequestError(f"offset must be an int, got {offset!r}", **self._where)
+        if type(whence) is not int:  # True is 1 to Python, not to a file's seek
+            raise InvalidRequestError(f"whence must be 0, 1 or 2, got {whence!r}", **self._where)
         if whence == 0:
             base = 0
         elif whence == 1:
@@ -199,7 +207,8 @@ class RandomAccessReader:
             end = size if n < 0 else min(size, offset + n)
             if offset >= end:
                 return b""
-            data = await self._read_blocks(offset, end)
+            with own_slots():
+                data = await self._read_blocks(offset, end)
             self._last_end = end
             return data
 
@@ -215,6 +224,8 @@ class RandomAccessReader:
     def _check_open(self, *, opening: bool = False) -> None:
         if self._closed:
             raise ValueError(f"{self.bucket}/{self.key}: the reader is closed")
+        if self._ctx.closed:
+            raise RuntimeError(f"{self.bucket}/{self.key}: the reader's Engine is closed")
         if not opening and not self._opened:
             raise ValueError(f"{self.bucket}/{self.key}: the reader is not open yet")
 
@@ -315,6 +326,9 @@ class SyncReader(io.RawIOBase):
 
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
         """As a file's ``seek``; the reader is not asked (its own offset stays)."""
+        offset = operator.index(offset)  # TypeError for 1.5, as a file's seek raises
+        if type(whence) is not int:
+            raise TypeError(f"whence must be an int, got {whence!r}")
         if whence == io.SEEK_SET:
             base = 0
         elif whence == io.SEEK_CUR:
@@ -345,5 +359,15 @@ class SyncReader(io.RawIOBase):
         if self.closed:
             work.close()
             raise ValueError("I/O operation on closed file")
-        result: bytes = asyncio.run_coroutine_threadsafe(work, self._loop).result()
-        return result
+        if self._loop.is_closed() or not self._loop.is_running():
+            work.close()
+            raise RuntimeError("the reader's event loop is not running")
+        future = asyncio.run_coroutine_threadsafe(work, self._loop)
+        while True:
+            try:
+                result: bytes = future.result(timeout=0.5)
+                return result
+            except concurrent.futures.TimeoutError:
+                if not self._loop.is_running():
+                    future.cancel()
+                    raise RuntimeError("the reader's event loop stopped") from None
