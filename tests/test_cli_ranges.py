@@ -121,3 +121,13 @@ def test_parse_range() -> None:
 def test_help_says_how_ranges_are_read() -> None:
     result = CliRunner().invoke(cli, ["cat", "--help"])
     assert "100-199 is bytes 100 to 199, both included" in " ".join(result.stdout.split())
+
+
+@pytest.mark.parametrize(
+    "text", ["9999999999999999999-9999999999999999999", "99999999999999999999-"]
+)
+def test_offsets_no_object_has_are_a_usage_error(bucket: str, proxy: TcpProxy, text: str) -> None:
+    result = cat(proxy, "--range", text, f"s3://{bucket}/k")
+    assert result.exit_code == 2, result.stderr
+    assert "--range" in result.stderr
+    assert not proxy.requests

@@ -154,6 +154,10 @@ class RangeArg:
 _RANGE = re.compile(r"(\d{0,19})-(\d{0,19})", re.ASCII)
 
 
+#: The largest offset S3 (and asyncdl's range planner) takes: a signed 64-bit length.
+MAX_OFFSET = 2**63 - 1
+
+
 def parse_range(text: str) -> RangeArg:
     """``FIRST-LAST`` (bytes FIRST to LAST, both included, as HTTP's ``Range``),
     ``FIRST-`` (to the end) or ``-COUNT`` (the last COUNT bytes)."""
@@ -164,6 +168,9 @@ def parse_range(text: str) -> RangeArg:
             "0-99 for the first 100 bytes), FIRST- or -COUNT"
         )
     first, last = match.groups()
+    # What no object can reach is refused here, before anything is sent.
+    if any(len(part) > 19 or int(part) >= MAX_OFFSET for part in (first, last) if part):
+        raise ValueError(f"{text[:40]!r}: offsets must be below {MAX_OFFSET}")
     if not first:
         if int(last) == 0:
             raise ValueError(f"{text!r}: a suffix range needs at least one byte")
