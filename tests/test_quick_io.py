@@ -77,36 +77,30 @@ def test_off_the_loop_for_a_time_not_a_number_of_calls() -> None:
     assert policy.allowed()
 
 
+def off_for(policy: QuickIO) -> float:
+    """Trip ``policy`` with two slow calls; the seconds it then stays off the loop, and
+    its time made up (as if that long had passed)."""
+    policy.took(0.05)
+    policy.took(0.05)
+    assert not policy.allowed()
+    seconds = policy._off - time.monotonic()
+    policy._off = time.monotonic() - 0.001
+    assert policy.allowed()
+    return seconds
+
+
 def test_a_file_system_still_slow_stays_off_the_loop_longer() -> None:
     policy = QuickIO()
     policy.OFF_LOOP = 0.1
-    windows = []
-    for _ in range(3):
-        policy.took(0.05)
-        policy.took(0.05)
-        started = time.monotonic()
-        while not policy.allowed():
-            time.sleep(0.01)
-        windows.append(time.monotonic() - started)
-    assert windows[0] == pytest.approx(0.1, abs=0.05)
-    assert windows[1] == pytest.approx(0.2, abs=0.05)
-    assert windows[2] == pytest.approx(0.4, abs=0.05)
+    windows = [off_for(policy) for _ in range(3)]
+    assert windows == pytest.approx([0.1, 0.2, 0.4], abs=0.01)
     # Quick again: the next trip starts from the shortest time.
     policy.took(0.0001)
-    policy.took(0.05)
-    policy.took(0.05)
-    started = time.monotonic()
-    while not policy.allowed():
-        time.sleep(0.01)
-    assert time.monotonic() - started == pytest.approx(0.1, abs=0.05)
+    assert off_for(policy) == pytest.approx(0.1, abs=0.01)
 
 
 def test_the_longest_time_off_the_loop_is_bounded() -> None:
     policy = QuickIO()
-    for _ in range(40):
-        policy.took(1.0)
-        policy.took(1.0)
-        policy._off = 0.0  # its time is up
-    policy.took(1.0)
-    policy.took(1.0)
-    assert policy._off - time.monotonic() <= QuickIO.MAX_OFF_LOOP
+    windows = [off_for(policy) for _ in range(12)]
+    assert max(windows) <= QuickIO.MAX_OFF_LOOP
+    assert windows[-1] == pytest.approx(QuickIO.MAX_OFF_LOOP, abs=0.01)
