@@ -269,9 +269,8 @@ async def fetch_part(fetch: Fetch, part: Part, response: Response | None) -> Non
                 # A whole-object answer carries S3's checksum: known before the body.
                 fetch.verifier.adopt(response.checksum)
             if part.pos == part.start:
-                # Nothing of the part written yet: it feeds the CRC known now. Read per
-                # part, not once per plan: a checksum HEAD that answered since the
-                # parts were planned spares the later ones ``every_crc``'s three.
+                # Nothing of it written: it feeds the CRC known now, not at the plan (a
+                # HEAD that answered since spares it ``every_crc``'s three).
                 part.crc_fn, part.crc = fetch.verifier.crc, 0
             await _drain(fetch, response, part)
         except Exception as exc:
