@@ -95,8 +95,8 @@ def cli() -> None:
     the endpoint.
 
     Exit status: 0 success, 1 some object failed, 2 usage error, 130 Ctrl-C,
-    143 SIGTERM (both cancel the downloads first; cp keeps their partial files for
-    the next run to continue, see cp --no-resume and clean).
+    143 SIGTERM, 129 SIGHUP (the three cancel the downloads first; cp keeps their
+    partial files for the next run to continue, see cp --no-resume and clean).
     """
 
 

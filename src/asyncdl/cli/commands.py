@@ -98,15 +98,15 @@ def cp(
     """Copy an object, or with --recursive every object under a prefix, to files.
 
     \b
-      asyncdl cp s3://BUCKET/KEY FILE     the object to FILE
-      asyncdl cp s3://BUCKET/KEY DIR/     to DIR/<the key's last segment>
-      asyncdl cp s3://BUCKET/KEY -        to stdout, as asyncdl cat
-      asyncdl cp -r s3://BUCKET/PREFIX DIR
-                                          every object under PREFIX/ to DIR/<rest of key>
-      asyncdl cp 'https://HOST/PATH?...' FILE
-                                          a presigned (or any http/https) URL, the same
-                                          way; no credentials are sent, and the URL's
-                                          query is never printed
+          asyncdl cp s3://BUCKET/KEY FILE     the object to FILE
+          asyncdl cp s3://BUCKET/KEY DIR/     to DIR/<the key's last segment>
+          asyncdl cp s3://BUCKET/KEY -        to stdout, as asyncdl cat
+          asyncdl cp -r s3://BUCKET/PREFIX DIR
+                                              every object under PREFIX/ to DIR/<rest of key>
+          asyncdl cp 'https://HOST/PATH?...' FILE
+                                              a presigned (or any http/https) URL, the same
+                                              way; no credentials are sent, and the URL's
+                                              query is never printed
 
     A file is replaced atomically, only once every byte is in; on failure it is
     left as it was. A recursive copy creates DIR (in an existing directory).

@@ -89,12 +89,11 @@ def sync(
     quiet: bool,
     debug: bool,
 ) -> int:
-    """Make DIR hold every object under S3_URL, downloading only what is new or
-    changed.
+    """Make DIR hold every object under S3_URL, fetching only what is new or changed.
 
     \b
-      asyncdl sync s3://BUCKET/PREFIX DIR
-      asyncdl sync --delete --exclude '*' --include '*.csv' s3://BUCKET/PREFIX DIR
+          asyncdl sync s3://BUCKET/PREFIX DIR
+          asyncdl sync --delete --exclude '*' --include '*.csv' s3://BUCKET/PREFIX DIR
 
     An object is downloaded again when its listed size or ETag differs from what
     asyncdl recorded when it wrote the file, or the file changed since. --delete
