@@ -60,3 +60,16 @@ def test_a_stop_signal_exits_without_traceback_or_temp_files(
     assert demo.returncode == status, err
     assert "Traceback" not in err
     assert os.listdir(tmp_path) == []  # the downloads' temp files, and their directories
+
+
+def test_a_dest_that_is_not_a_directory_is_one_line(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "asyncdl.demo", "--dest", str(tmp_path / "missing")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert done.stderr.splitlines()[-1].endswith("is not an existing directory")

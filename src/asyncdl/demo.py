@@ -147,7 +147,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--concurrency", type=int, default=32, help="requests in flight (32)")
     parser.add_argument("--rtt-ms", type=float, default=10.0, help="latency added per request")
     parser.add_argument("--dest", help="directory to download into (default: system temp)")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.dest is not None and not os.path.isdir(args.dest):
+        parser.error(f"--dest {args.dest!r} is not an existing directory")  # before any server
+    return args
 
 
 def require_moto() -> None:
