@@ -159,7 +159,8 @@ def bench(session: nox.Session) -> None:
     instructions ...` instructions per object under callgrind, `-- serve ...` FastAPI's
     object_response under load, `-- resume ...` a killed copy run again, `-- sync ...`
     asyncdl sync beside s5cmd and aws s3 sync, `-- bandwidth ...` capped downloads,
-    `-- throttle ...` adaptive concurrency against 503 SlowDown. Not run by default
+    `-- throttle ...` adaptive concurrency against 503 SlowDown, `-- ranges ...`
+    random access beside obstore and s3fs. Not run by default
     (see benchmarks/README.md); --server s3rver also needs node and npm."""
     # crc32c: the CRC32C checksums moto computes itself (a multipart upload's, an upload
     # part's) are silently CRC32s without it, values S3 would never send.
