@@ -267,7 +267,13 @@ class TcpProxy:
         # (a client that went away mid-body) waits for them forever: drop them, or its
         # socket would outlive the loop and warn when collected.
         for transport in list(self._transports):
-            transport.abort()
+            try:
+                transport.abort()
+            except AttributeError:
+                # Already closed by asyncio, which had let go of its loop: seen once
+                # under load, `_force_close` then calls `None.call_soon`. Nothing is
+                # left to abort.
+                continue
         for _ in range(3):
             await asyncio.sleep(0)
 
