@@ -22,11 +22,11 @@ from .clients import pool_size
 from .config import TransferConfig
 from .lean_send import Route, route_for
 from .listing import list_pages
-from .request_args import ExtraArgs
+from .request_args import ExtraArgs, check_bucket_and_key, check_extra_args
 from .s3_source import S3Object
 from .signed_get import SignedGets
 from .stats import Counters
-from .url_source import UrlObject
+from .url_source import UrlObject, check_url
 
 
 @dataclass(slots=True, eq=False)
@@ -91,6 +91,19 @@ class Context:
             counters=self.counters,
             budget=self.budget,
         )
+
+    def object_for(
+        self, bucket: str, key: str, extra_args: ExtraArgs | None, url: str | None
+    ) -> S3Object:
+        """The requests of an object (of what ``url`` serves, when given: its ``bucket``
+        is ``""``, its ``key`` the URL as shown), its name and GET arguments checked
+        first: ``InvalidRequestError`` before anything is sent."""
+        if url is None:
+            check_bucket_and_key(bucket, key)
+            args = check_extra_args(extra_args, bucket=bucket, key=key)
+            return self.s3_object(bucket, key, args)
+        check_url(url)
+        return self.url_object(url)
 
     def url_object(self, url: str) -> UrlObject:
         """The requests of one download from ``url`` through this budget."""

@@ -58,16 +58,6 @@ def opaque_tag(etag: object) -> str | None:
     return etag.removeprefix("W/")
 
 
-def normalize_etag(etag: str) -> str | None:
-    """ETags travel quoted; a caller may hand one over bare (as some listings print it).
-    A weak one is ``None``, as one in an answer is (see :func:`strong_etag`)."""
-    if etag.startswith("W/"):
-        return None
-    if etag.startswith('"'):
-        return etag
-    return f'"{etag}"'
-
-
 class Response:
     """An open GET response: its headers, its body, and the slot it holds until closed."""
 

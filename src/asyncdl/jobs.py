@@ -10,11 +10,16 @@ from pathlib import Path
 
 from . import quick_io
 from .checksums import ExpectedChecksum, parse_checksum
-from .config import finite, is_int_at_least
+from .config import finite
 from .context import Context
 from .errors import InvalidRequestError
-from .request_args import ExtraArgs, check_bucket_and_key, check_extra_args, check_target
-from .s3_source import normalize_etag
+from .request_args import (
+    ExtraArgs,
+    check_bucket_and_key,
+    check_extra_args,
+    check_size_and_etag,
+    check_target,
+)
 from .strategies import GetFirst, Strategy, resolve_strategy
 from .url_source import check_url as check_url_text
 
@@ -59,12 +64,7 @@ async def check(
     where = {"bucket": bucket, "key": key}
     args = check_extra_args(extra_args, **where)
     target: Path = await quick_io.QUICK_IO.call(check_target, path, **where)
-    if size is not None and not is_int_at_least(size, 0):
-        raise InvalidRequestError(f"size must be an int >= 0, got {size!r}", **where)
-    if etag is not None:
-        if not isinstance(etag, str) or not etag:
-            raise InvalidRequestError(f"etag must be a non-empty string, got {etag!r}", **where)
-        etag = normalize_etag(etag)
+    size, etag = check_size_and_etag(size, etag, **where)
     try:
         chosen = resolve_strategy(strategy, ctx.client)
     except ValueError as exc:

@@ -39,7 +39,7 @@ from .get_response import UNKNOWN_LENGTH
 from .parts import Fetch, Part, fetch_part
 from .progress import Reporter
 from .range_plan import Span, coalesce
-from .range_reads import SpanSink, answered_end, fetch_spans, first_get, source
+from .range_reads import SpanSink, answered_end, fetch_spans, first_get
 from .ranges import ByteRange
 from .request_args import ExtraArgs
 from .verify import Verifier
@@ -85,7 +85,7 @@ class RandomAccessReader:
         extra_args: ExtraArgs | None,
         url: str | None = None,
     ) -> None:
-        self._obj = source(ctx, bucket, key, extra_args, url)
+        self._obj = ctx.object_for(bucket, key, extra_args, url)
         bucket, key = self._obj.bucket, self._obj.key
         chunk = ctx.config.chunk_size
         block_size = min(DEFAULT_BLOCK_SIZE, chunk) if block_size is None else block_size

@@ -25,10 +25,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from .adaptive import own_slots
-from .config import is_int_at_least
 from .context import Context
 from .errors import DownloadError, InvalidRequestError, ObjectChangedError, translate
-from .get_response import normalize_etag
 from .parts import Fetch, Part, fetch_part, fetch_ranges
 from .progress import Reporter
 from .range_plan import (
@@ -40,11 +38,10 @@ from .range_plan import (
     coalesce,
 )
 from .ranges import ByteRange
-from .request_args import ExtraArgs, check_bucket_and_key, check_extra_args
+from .request_args import ExtraArgs, check_size_and_etag
 from .retry import with_retries
 from .s3_source import RangeNotSatisfiable, Response, S3Object
-from .transfer import _first_failure
-from .url_source import check_url
+from .transfer import first_failure
 from .verify import Verifier
 
 
@@ -97,14 +94,14 @@ async def read_ranges(
     url: str | None = None,
 ) -> list[bytes]:
     """The bytes of each ``(start, end)`` of ``ranges``, in the caller's order."""
-    obj = source(ctx, bucket, key, extra_args, url)
+    obj = ctx.object_for(bucket, key, extra_args, url)
     bucket, key = obj.bucket, obj.key
     where = {"bucket": bucket, "key": key}
     asked = check_ranges(ranges, **where)
     gap = DEFAULT_MAX_GAP if max_gap is None else max_gap
     most = ctx.config.chunk_size if max_request is None else max_request
     check_tuning(gap, most, chunk_size=ctx.config.chunk_size, **where)
-    size, etag = check_known(size, etag, **where)
+    size, etag = check_size_and_etag(size, etag, **where)
     if size is not None:
         check_within(asked, size, **where)
     spans = coalesce(asked, max_gap=gap, max_request=most)
@@ -118,33 +115,6 @@ async def read_ranges(
         except Exception as exc:
             raise translate(exc, bucket=bucket, key=key) from exc
     return [sink.cut(start, end) for start, end in asked]
-
-
-def source(
-    ctx: Context, bucket: str, key: str, extra_args: ExtraArgs | None, url: str | None
-) -> S3Object:
-    """The requests of the object (of what ``url`` serves, when given: its ``bucket`` is
-    ``""``, its ``key`` the URL as shown), its name and GET arguments checked first."""
-    if url is None:
-        check_bucket_and_key(bucket, key)
-        return ctx.s3_object(bucket, key, check_extra_args(extra_args, bucket=bucket, key=key))
-    check_url(url)
-    return ctx.url_object(url)
-
-
-def check_known(
-    size: object, etag: object, *, bucket: str, key: str
-) -> tuple[int | None, str | None]:
-    """The caller's size and ETag, checked (a weak or bare ETag as a download takes it)."""
-    if size is not None and not is_int_at_least(size, 0):
-        raise InvalidRequestError(f"size must be an int >= 0, got {size!r}", bucket=bucket, key=key)
-    if etag is not None:
-        if not isinstance(etag, str) or not etag:
-            raise InvalidRequestError(
-                f"etag must be a non-empty string, got {etag!r}", bucket=bucket, key=key
-            )
-        etag = normalize_etag(etag)
-    return size, etag  # type: ignore[return-value]
 
 
 async def fetch_spans(
@@ -193,7 +163,7 @@ async def fetch_spans(
         await fetch_ranges(fetch, None, 0, 0, [(p.start, p.end) for p in pieces])
         return sink
     except BaseExceptionGroup as group:
-        failure = _first_failure(group)
+        failure = first_failure(group)
         raise failure from failure.__cause__
     finally:
         if first is not None:

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
 
+from .config import is_int_at_least
 from .errors import InvalidRequestError
 
 #: GetObject arguments that asyncdl sends on every request of a download, HEAD included.
@@ -88,6 +89,33 @@ def check_extra_args(extra_args: ExtraArgs | None, *, bucket: str, key: str) -> 
                 f"extra_args[{name!r}] must be {kinds}", bucket=bucket, key=key
             )
     return MappingProxyType(dict(extra_args))
+
+
+def normalize_etag(etag: str) -> str | None:
+    """ETags travel quoted; a caller may hand one over bare (as some listings print it).
+    A weak one is ``None``, as one in an answer is (``get_response.strong_etag``)."""
+    if etag.startswith("W/"):
+        return None
+    if etag.startswith('"'):
+        return etag
+    return f'"{etag}"'
+
+
+def check_size_and_etag(
+    size: object, etag: object, *, bucket: str, key: str
+) -> tuple[int | None, str | None]:
+    """A caller's size and ETag of the object, checked (a bare ETag quoted, a weak one
+    ``None``: ``If-Match`` never matches it)."""
+    if size is not None and not is_int_at_least(size, 0):
+        raise InvalidRequestError(f"size must be an int >= 0, got {size!r}", bucket=bucket, key=key)
+    assert size is None or isinstance(size, int)  # for mypy: is_int_at_least said so
+    if etag is None:
+        return size, None
+    if not isinstance(etag, str) or not etag:
+        raise InvalidRequestError(
+            f"etag must be a non-empty string, got {etag!r}", bucket=bucket, key=key
+        )
+    return size, normalize_etag(etag)
 
 
 def redacted(extra_args: ExtraArgs) -> dict[str, str | bytes]:

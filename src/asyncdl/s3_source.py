@@ -21,7 +21,6 @@ from .get_response import (
     Response,
     checksum_or_none,
     length_or_none,
-    normalize_etag,
     strong_etag,
 )
 from .ranges import ByteRange
@@ -37,7 +36,6 @@ __all__ = [
     "RangeNotSatisfiable",
     "Response",
     "S3Object",
-    "normalize_etag",
     "strong_etag",
 ]
 

@@ -37,12 +37,11 @@ from .context import Context
 from .errors import DownloadError, InvalidRequestError, translate
 from .progress import ProgressCallback, Reporter
 from .ranges import ByteRange, ContentRange
-from .request_args import ExtraArgs, check_bucket_and_key, check_extra_args
+from .request_args import ExtraArgs
 from .retry import after_failure
 from .s3_source import UNANNOUNCED_LENGTH, UNKNOWN_LENGTH, RangeNotSatisfiable, Response
 from .stream_parts import prefetch_parts, read_nothing, read_slice
 from .stream_verify import StreamVerifier
-from .url_source import check_url
 
 #: What iterates an opened stream: given the first answer (``None`` when there is
 #: nothing to read), the generator of its pieces, which owns that answer once started.
@@ -100,11 +99,8 @@ class ObjectStream:
         prefetch: int | None = None,
         url: str | None = None,
     ) -> None:
-        if url is None:
-            check_bucket_and_key(bucket, key)
-            args = check_extra_args(extra_args, bucket=bucket, key=key)
-        else:
-            bucket, key, args = "", check_url(url), {}
+        self._obj = ctx.object_for(bucket, key, extra_args, url)
+        bucket, key = self._obj.bucket, self._obj.key
         chunk_size = ctx.config.chunk_size if chunk_size is None else chunk_size
         prefetch = ctx.config.stream_prefetch if prefetch is None else prefetch
         check_parts(chunk_size, prefetch, bucket=bucket, key=key)
@@ -121,7 +117,6 @@ class ObjectStream:
         #: The object's bucket and key (of a URL: ``""`` and the URL without its query).
         self.bucket, self.key = bucket, key
         self._ctx = ctx
-        self._obj = ctx.s3_object(bucket, key, args) if url is None else ctx.url_object(url)
         # A whole body of unknown length is read here to its end, as it comes.
         self._obj.unknown_length_ok = True
         self._start, self._end = start, end

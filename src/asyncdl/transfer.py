@@ -297,13 +297,13 @@ async def _fetch(
             await fetch_ranges(fetch, None, 0, 0, gaps)
         elif whole_in_first or one_plain_get:
             response, first = first, None
-            await fetch_part(fetch, Part(0, size, crc_fn=verifier.crc), response)
+            await fetch_part(fetch, Part(0, size), response)
         elif not discovery.complete:
             first, opened = None, first
             await _fetch_body(fetch, opened, discovery.first_end)
         return await verifier.finish(temp, obj, etag), temp
     except BaseException as exc:
-        failure = _first_failure(exc) if isinstance(exc, BaseExceptionGroup) else exc
+        failure = first_failure(exc) if isinstance(exc, BaseExceptionGroup) else exc
         if first is not None:
             first.close()
         if isinstance(temp, PartialFile):
@@ -333,7 +333,7 @@ async def _fetch_body(fetch: Fetch, first: Response | None, first_end: int) -> N
         # then learn from the HEAD sent with it whether a multipart object's checksum
         # is COMPOSITE before choosing how to fetch the rest.
         opened, first = first, None
-        await fetch_part(fetch, Part(0, first_end, crc_fn=verifier.crc), opened)
+        await fetch_part(fetch, Part(0, first_end), opened)
         offset = first_end
         await verifier.settle(fetch.obj, fetch.etag)
     if verifier.wants_parts:
@@ -350,7 +350,7 @@ async def _reap(task: asyncio.Task[Any]) -> None:
     await asyncio.gather(task, return_exceptions=True)
 
 
-def _first_failure(group: BaseExceptionGroup[BaseException]) -> BaseException:
+def first_failure(group: BaseExceptionGroup[BaseException]) -> BaseException:
     """The error that failed a task group (the rest are the cancellations it caused)."""
     leaves: list[BaseException] = []
 
