@@ -65,6 +65,7 @@ CLIENTS = {
         "asyncdl",
         "asyncdl-listed",
         "asyncdl-open",
+        "asyncdl-reader",
         "obstore",
         "obstore-reader",
         "s3fs",
@@ -121,12 +122,30 @@ async def asyncdl_client(plan: dict[str, Any], stack: AsyncExitStack, kind: str)
         listing = await engine.client.list_objects_v2(Bucket=bucket, Prefix=plan["key"])
         entry = listing["Contents"][0]
         known[entry["Key"]] = {"size": entry["Size"], "etag": entry["ETag"]}
-    if kind != "open":
+    if kind not in ("open", "reader"):
         return lambda key: (
             lambda ranges: engine.read_ranges(bucket, key, ranges, **known.get(key, {}))
         )
-    # Its defaults: the first GET brings the first block (1 MiB), size and ETag.
-    return lambda key: file_read(lambda: stack.enter_async_context(engine.open(bucket, key)))
+
+    async def opened(key: str) -> Any:
+        # As a reader of a format with its index at the end opens it: the opening GET
+        # brings the last block (1 MiB), the object's size and ETag; every other GET
+        # is pinned to that ETag.
+        return await stack.enter_async_context(engine.open(bucket, key, first_block="end"))
+
+    if kind == "open":
+        return lambda key: file_read(lambda: opened(key))
+    readers: dict[str, Any] = {}
+
+    def reader_ranges(key: str) -> Read:
+        async def read(ranges: Ranges) -> list[bytes]:
+            if key not in readers:
+                readers[key] = await opened(key)
+            return await readers[key].read_ranges(ranges)  # type: ignore[no-any-return]
+
+        return read
+
+    return reader_ranges
 
 
 async def obstore_client(plan: dict[str, Any], stack: AsyncExitStack, kind: str) -> Client:

@@ -94,7 +94,7 @@ async def test_open_takes_a_bucket_and_a_key_or_neither(engine: asyncdl.Engine) 
         engine.open("my-bucket")  # type: ignore[call-overload]
     with pytest.raises(TypeError, match="a bucket and a key, or neither"):
         engine.open(key="k")  # type: ignore[call-overload]
-    with pytest.raises(TypeError, match="go with a key"):
+    with pytest.raises(TypeError, match="go with a bucket and a key"):
         engine.open(block_size=5)  # type: ignore[call-overload]
 
 

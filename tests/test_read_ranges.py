@@ -8,12 +8,14 @@ import itertools
 import threading
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import asyncdl
-from asyncdl.range_plan import check_ranges, coalesce
+from asyncdl.range_plan import Span, check_ranges, coalesce
+from asyncdl.range_reads import SpanSink
 from asyncdl.testing.tcp_proxy import Fault, RequestRecord, TcpProxy
 
 from .conftest import CHUNK, payload
@@ -94,6 +96,10 @@ def test_overlapping_ranges_are_joined_past_the_max_and_cut_into_pieces() -> Non
         [(10**5000, 10**5000 + 1)],
         [{0, 5}],
         ["05"],
+        [range(3, 5)],  # its items are 3 and 4, not its bounds
+        [(np.bool_(True), 5)],
+        [(np.float64(0), 5)],
+        [(np.int64(-1), 5)],
     ],
 )
 def test_hostile_ranges_are_refused(ranges: Any) -> None:
@@ -107,6 +113,13 @@ def test_ranges_from_a_generator_and_of_lists_are_taken() -> None:
         (1, 2),
         (2, 3),
     ]
+
+
+def test_numpy_offsets_are_taken_as_ints() -> None:
+    starts, ends = np.array([0, 10], dtype=np.int64), np.array([4, 12], dtype=np.uint32)
+    checked = check_ranges(zip(starts, ends, strict=True), bucket="b", key="k")
+    assert checked == [(0, 4), (10, 12)]
+    assert all(type(bound) is int for pair in checked for bound in pair)
 
 
 # -- against moto, through the proxy --
@@ -380,3 +393,27 @@ async def test_an_empty_object_answered_with_a_zero_total(
             await engine.read_ranges(bucket, "empty", [(0, 1)])
         async with engine.open(bucket, "empty") as f:
             assert (f.size, await f.read()) == (0, b"")
+
+
+def test_span_sink_joins_pieces_and_a_restarted_get_overwrites() -> None:
+    data = payload(1000)
+    sink = SpanSink([Span(100, 300), Span(500, 600)])
+    # A whole-object answer's chunks: only the spans' bytes are kept.
+    for offset in range(0, 1000, 64):
+        sink.put(offset, data[offset : offset + 64])
+    assert sink.cut(100, 300) == data[100:300]
+    assert sink.cut(550, 560) == data[550:560]
+    # A GET started again midway (unpinned, from the span's start): the later bytes win
+    # over the first attempt's, whatever their chunking.
+    sink = SpanSink([Span(0, 100)])
+    old, new = payload(100, seed=1), payload(100, seed=2)
+    sink.put(0, old[:30])
+    sink.put(30, old[30:70])
+    sink.put(0, new[:50])
+    sink.put(50, new[50:])
+    assert sink.cut(0, 100) == new
+    # Two parts of one span, written interleaved, tile it.
+    sink = SpanSink([Span(0, 100)])
+    for offset in (50, 0, 75, 25):
+        sink.put(offset, data[offset : offset + 25])
+    assert sink.cut(10, 90) == data[10:90]

@@ -8,10 +8,10 @@ Those take the engine's :class:`~asyncdl.context.Context`, never the engine.
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncGenerator, AsyncIterable, Callable, Coroutine, Iterable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterable, Callable, Iterable, Mapping
 from contextlib import AsyncExitStack
 from types import TracebackType
-from typing import Any, Self, overload
+from typing import Any, Self
 
 from . import bulk, jobs, transfer
 from .adaptive import Budget, own_slots
@@ -22,7 +22,6 @@ from .context import Context
 from .engine_reads import MemoryReads
 from .object_info import ObjectInfo, head
 from .progress import ProgressCallback, with_total
-from .random_access import RandomAccessReader
 from .request_args import ExtraArgs
 from .results import DownloadResult
 from .signed_get import SignedGets
@@ -63,58 +62,6 @@ class Engine(MemoryReads):
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
-
-    @overload
-    def open(self) -> Coroutine[Any, Any, None]:
-        """Open the engine."""
-
-    @overload
-    def open(
-        self,
-        bucket: str,
-        key: str,
-        *,
-        block_size: int | None = None,
-        cache_blocks: int | None = None,
-        extra_args: ExtraArgs | None = None,
-    ) -> RandomAccessReader:
-        """Open the object for reading at any offset."""
-
-    def open(
-        self,
-        bucket: str | None = None,
-        key: str | None = None,
-        *,
-        block_size: int | None = None,
-        cache_blocks: int | None = None,
-        extra_args: ExtraArgs | None = None,
-    ) -> Coroutine[Any, Any, None] | RandomAccessReader:
-        """``await engine.open()``: open the engine (create the client if it owns one),
-        as ``async with`` does. ``engine.open(bucket, key)``: the object as a file to
-        read at any offset, a :class:`RandomAccessReader`, used as
-        ``async with engine.open(bucket, key) as f:`` or ``f = await engine.open(...)``.
-
-        The reader's first GET (of its first block, no HEAD) brings ``size`` and
-        ``etag``; every later GET is pinned to that ETag. Reads go through an LRU cache
-        of ``cache_blocks`` blocks of ``block_size`` bytes (default 16 of 1 MiB), and
-        fetch blocks ahead when they are sequential. ``extra_args`` as for
-        :meth:`download`. The guide *Random access* shows it with ``zipfile`` and
-        ``pyarrow``.
-        """
-        if bucket is None and key is None:
-            if (block_size, cache_blocks, extra_args) != (None, None, None):
-                raise TypeError("open(): block_size, cache_blocks and extra_args go with a key")
-            return self._open()
-        if bucket is None or key is None:
-            raise TypeError("open() takes a bucket and a key, or neither (to open the engine)")
-        return RandomAccessReader(
-            self._context,
-            bucket,
-            key,
-            block_size=block_size,
-            cache_blocks=cache_blocks,
-            extra_args=extra_args,
-        )
 
     async def _open(self) -> None:
         if self._ctx is not None:

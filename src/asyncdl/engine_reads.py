@@ -6,14 +6,15 @@ module that does the work (``range_reads``, ``random_access``)."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable
+from collections.abc import Coroutine, Iterable
+from typing import Any, overload
 
 from . import range_reads
 from .adaptive import own_slots
 from .config import is_int_at_least
 from .context import Context
 from .errors import DownloadError, InvalidRequestError
-from .random_access import RandomAccessReader
+from .random_access import FirstBlock, RandomAccessReader
 from .request_args import ExtraArgs
 from .streaming import ObjectStream
 
@@ -25,6 +26,76 @@ class MemoryReads:
     @property
     def _context(self) -> Context:  # pragma: no cover - the engine's own replaces it
         raise NotImplementedError
+
+    async def _open(self) -> None:  # pragma: no cover - the engine's own replaces it
+        raise NotImplementedError
+
+    @overload
+    def open(self) -> Coroutine[Any, Any, None]:
+        """Open the engine."""
+
+    @overload
+    def open(
+        self,
+        bucket: str,
+        key: str,
+        *,
+        block_size: int | None = None,
+        cache_blocks: int | None = None,
+        extra_args: ExtraArgs | None = None,
+        size: int | None = None,
+        etag: str | None = None,
+        first_block: FirstBlock = "start",
+    ) -> RandomAccessReader:
+        """Open the object for reading at any offset."""
+
+    def open(
+        self,
+        bucket: str | None = None,
+        key: str | None = None,
+        *,
+        block_size: int | None = None,
+        cache_blocks: int | None = None,
+        extra_args: ExtraArgs | None = None,
+        size: int | None = None,
+        etag: str | None = None,
+        first_block: FirstBlock = "start",
+    ) -> Coroutine[Any, Any, None] | RandomAccessReader:
+        """``await engine.open()``: open the engine (create the client if it owns one),
+        as ``async with`` does. ``engine.open(bucket, key)``: the object as a file to
+        read at any offset, a :class:`RandomAccessReader`, used as
+        ``async with engine.open(bucket, key) as f:`` or ``f = await engine.open(...)``.
+
+        Opening sends one GET (no HEAD), which brings ``size`` and ``etag``; every
+        later GET is pinned to that ETag. It asks for the first block, or with
+        ``first_block="end"`` for the last one: the first read of a format that keeps
+        its index at the end (a Parquet footer, a ZIP's central directory) then needs
+        no GET of its own. Given both ``size`` and ``etag`` (from a listing), opening
+        sends nothing and the first read's GET is pinned already. Reads go through an
+        LRU cache of ``cache_blocks`` blocks of ``block_size`` bytes (default 16 of
+        1 MiB), and fetch blocks ahead when they are sequential;
+        :meth:`RandomAccessReader.read_ranges` reads many ranges at once. ``extra_args``
+        as for :meth:`download`. The guide *Random access* shows it with ``zipfile``
+        and ``pyarrow``.
+        """
+        if bucket is None and key is None:
+            given = (block_size, cache_blocks, extra_args, size, etag, first_block)
+            if given != (None, None, None, None, None, "start"):
+                raise TypeError("open(): the reader's options go with a bucket and a key")
+            return self._open()
+        if bucket is None or key is None:
+            raise TypeError("open() takes a bucket and a key, or neither (to open the engine)")
+        return RandomAccessReader(
+            self._context,
+            bucket,
+            key,
+            block_size=block_size,
+            cache_blocks=cache_blocks,
+            extra_args=extra_args,
+            size=size,
+            etag=etag,
+            first_block=first_block,
+        )
 
     async def read_bytes(
         self,
@@ -141,7 +212,14 @@ class MemoryReads:
         )
 
     def open_url(
-        self, url: str, *, block_size: int | None = None, cache_blocks: int | None = None
+        self,
+        url: str,
+        *,
+        block_size: int | None = None,
+        cache_blocks: int | None = None,
+        size: int | None = None,
+        etag: str | None = None,
+        first_block: FirstBlock = "start",
     ) -> RandomAccessReader:
         """What ``url`` serves as a file to read at any offset, as :meth:`open` gives an
         object (see :meth:`download_url` for what a URL download does and shows)."""
@@ -152,5 +230,8 @@ class MemoryReads:
             block_size=block_size,
             cache_blocks=cache_blocks,
             extra_args=None,
+            size=size,
+            etag=etag,
+            first_block=first_block,
             url=url,
         )

@@ -1,14 +1,18 @@
 """An object as a file to read at any offset: the async reader ``Engine.open`` gives,
 and its synchronous face for a worker thread.
 
-Opening sends one GET, of the first block (no HEAD): it brings the size and the
-ETag that every later GET is pinned to, so whatever is read comes from one version
-of the object, or fails with ``ObjectChangedError``. Reads go through a small LRU
-cache of ``block_size`` blocks; the blocks a read lacks are fetched together
-(adjacent ones in one GET, ``range_reads``), and a read that starts where the last
-one ended fetches as many blocks again ahead of it. Each GET takes a slot of the
-engine's budget only while it is in flight: between reads the reader holds cached
-bytes and nothing else, so a reader dropped unclosed leaks no slot, no connection.
+Opening sends one GET, of the first block or (``first_block="end"``, a suffix
+range) of the last, no HEAD: it brings the size and the ETag that every later GET
+is pinned to, so whatever is read comes from one version of the object, or fails
+with ``ObjectChangedError``. Given both (from a listing), opening sends nothing.
+Reads go through a small LRU cache of ``block_size`` blocks; the blocks a read
+lacks are fetched together (adjacent ones in one GET, ``range_reads``), and a read
+that starts where the last one ended fetches as many blocks again ahead of it.
+``read_ranges`` reads many ranges at once, as ``Engine.read_ranges`` does, from the
+cache where it holds a range whole; what it fetches is not kept (its ranges are not
+blocks). Each GET takes a slot of the engine's budget only while it is in flight:
+between reads the reader holds cached bytes and nothing else, so a reader dropped
+unclosed leaks no slot, no connection.
 
 A server that sends no strong ETag (none, or a weak one) cannot have later reads
 pinned: opening such an object larger than one block fails rather than risk a
@@ -28,8 +32,8 @@ import io
 import operator
 import threading
 from collections import OrderedDict
-from collections.abc import Generator
-from typing import TYPE_CHECKING, Any, Self
+from collections.abc import Generator, Iterable
+from typing import TYPE_CHECKING, Any, Literal, Self, get_args
 
 from .adaptive import own_slots
 from .config import MiB, is_int_at_least
@@ -39,9 +43,9 @@ from .get_response import UNKNOWN_LENGTH
 from .parts import Fetch, Part, fetch_part
 from .progress import Reporter
 from .range_plan import Span, coalesce
-from .range_reads import SpanSink, answered_end, fetch_spans, first_get
-from .ranges import ByteRange
-from .request_args import ExtraArgs
+from .range_reads import SpanSink, answered_end, fetch_spans, first_get, read_object_ranges
+from .ranges import ByteRange, LastBytes
+from .request_args import ExtraArgs, check_size_and_etag
 from .verify import Verifier
 
 if TYPE_CHECKING:
@@ -52,6 +56,8 @@ if TYPE_CHECKING:
 DEFAULT_BLOCK_SIZE = 1 * MiB
 #: Blocks the cache keeps (memory: about ``block_size * cache_blocks`` per reader).
 DEFAULT_CACHE_BLOCKS = 16
+#: Which block the opening GET brings: the first, or the last (a suffix range).
+FirstBlock = Literal["start", "end"]
 
 
 class RandomAccessReader:
@@ -83,10 +89,21 @@ class RandomAccessReader:
         block_size: int | None,
         cache_blocks: int | None,
         extra_args: ExtraArgs | None,
+        size: int | None = None,
+        etag: str | None = None,
+        first_block: FirstBlock = "start",
         url: str | None = None,
     ) -> None:
         self._obj = ctx.object_for(bucket, key, extra_args, url)
         bucket, key = self._obj.bucket, self._obj.key
+        self._given = check_size_and_etag(size, etag, bucket=bucket, key=key)
+        if first_block not in get_args(FirstBlock):
+            raise InvalidRequestError(
+                f"first_block must be 'start' or 'end', got {first_block!r}",
+                bucket=bucket,
+                key=key,
+            )
+        self._from_end = first_block == "end"
         chunk = ctx.config.chunk_size
         block_size = min(DEFAULT_BLOCK_SIZE, chunk) if block_size is None else block_size
         cache_blocks = DEFAULT_CACHE_BLOCKS if cache_blocks is None else cache_blocks
@@ -113,6 +130,9 @@ class RandomAccessReader:
         #: that fit in the first block of a server that sent none).
         self.etag: str | None = None
         self._cache: OrderedDict[int, bytes] = OrderedDict()
+        #: The opening answer's bytes and where they start: kept whole beside the
+        #: blocks, since a suffix answer need not start at a block's start.
+        self._first: tuple[int, bytes] = (0, b"")
         self._pos = 0
         self._last_end = -1
         #: Blocks a sequential read fetches ahead: doubles while reads stay sequential.
@@ -130,12 +150,17 @@ class RandomAccessReader:
         await self.aclose()
 
     async def open(self) -> Self:
-        """Send the first GET (the first block), which sets ``size`` and ``etag``."""
+        """Send the first GET (of the first block, or of the last), which sets ``size``
+        and ``etag``; none when both were given."""
         async with self._lock:
             self._check_open(opening=True)
             if not self._opened:
-                with own_slots():
-                    await self._first_block()
+                size, etag = self._given
+                if size is not None and etag is not None:
+                    self.size, self.etag = size, etag
+                else:
+                    with own_slots():
+                        await self._first_block()
                 self._opened = True
         return self
 
@@ -145,6 +170,7 @@ class RandomAccessReader:
         self._closed = True
         async with self._lock:
             self._cache.clear()
+            self._first = (0, b"")
 
     @property
     def closed(self) -> bool:
@@ -207,10 +233,39 @@ class RandomAccessReader:
             end = size if n < 0 else min(size, offset + n)
             if offset >= end:
                 return b""
-            with own_slots():
-                data = await self._read_blocks(offset, end)
+            # The opening answer first: a suffix answer's bytes before its last block
+            # are in no block.
+            data = self._in_first(offset, end)
+            if data is None:
+                with own_slots():
+                    data = await self._read_blocks(offset, end)
             self._last_end = end
             return data
+
+    async def read_ranges(
+        self,
+        ranges: Iterable[tuple[int, int]],
+        *,
+        max_gap: int | None = None,
+        max_request: int | None = None,
+    ) -> list[bytes]:
+        """The bytes of each ``(start, end)`` of ``ranges`` (half-open, in any order),
+        as :meth:`~asyncdl.Engine.read_ranges` reads them, pinned to ``etag``: a range
+        the cache holds whole is taken from it, the others are joined into few GETs
+        sent together. The current offset is left alone."""
+        await self.open()
+        async with self._lock:
+            self._check_open()
+            return await read_object_ranges(
+                self._ctx,
+                self._obj,
+                ranges,
+                size=self.size,
+                etag=self.etag,
+                max_gap=max_gap,
+                max_request=max_request,
+                cached=self._cached,
+            )
 
     def sync(self) -> SyncReader:
         """This reader as a blocking binary file (``io.RawIOBase``) for a worker thread,
@@ -231,7 +286,9 @@ class RandomAccessReader:
 
     async def _first_block(self) -> None:
         ctx, obj, block = self._ctx, self._obj, self._block
-        first, size, etag = await first_get(ctx, obj, ByteRange(0, block), size=None, etag=None)
+        piece = LastBytes(block) if self._from_end else ByteRange(0, block)
+        given_size, given_etag = self._given
+        first, size, etag = await first_get(ctx, obj, piece, size=given_size, etag=given_etag)
         if first is None or size == 0:  # an empty object: nothing to read, nothing to pin
             if first is not None:
                 first.close()
@@ -246,11 +303,45 @@ class RandomAccessReader:
                 "the server sent no strong ETag: later reads could not be pinned to this "
                 "version (read_ranges fetches such an object in one GET)"
             )
+        start = max(size - block, 0) if self._from_end else 0
+        if self._from_end and (first.content_range.start, first.content_range.end) != (
+            start,
+            size,
+        ):
+            # A server that misreads a suffix range (s3rver answers "bytes=-N" with
+            # bytes 0 to N) still said the size: the last block by its offsets, pinned.
+            first.close()
+            first, _, _ = await first_get(ctx, obj, ByteRange(start, size), size=size, etag=etag)
+            if first is None:
+                raise obj.error(f"the server refused bytes {start}-{size - 1} (HTTP 416)")
         self.size, self.etag = size, etag
-        sink = SpanSink([Span(0, min(block, size))])
+        end = min(start + block, size)
+        sink = SpanSink([Span(start, end)])
         fetch = Fetch(ctx, obj, sink, etag, size, Verifier("off", None), Reporter(None))
-        await fetch_part(fetch, Part(0, answered_end(first)), first)
-        self._keep(0, bytes(sink.buffers[0]))
+        await fetch_part(fetch, Part(start, answered_end(first)), first)
+        self._first = (start, sink.cut(start, end))
+        index = (size - 1) // block if self._from_end else 0
+        self._keep(index, sink.cut(index * block, min((index + 1) * block, size)))
+
+    def _in_first(self, start: int, end: int) -> bytes | None:
+        """Bytes ``[start, end)`` when the opening answer holds all of them."""
+        first_start, first = self._first
+        if first_start <= start and end <= first_start + len(first):
+            return first[start - first_start : end - first_start]
+        return None
+
+    def _cached(self, start: int, end: int) -> bytes | None:
+        """Bytes ``[start, end)`` when the opening answer or the cached blocks hold all
+        of them, else ``None``."""
+        data = self._in_first(start, end)
+        if data is not None:
+            return data
+        block = self._block
+        needed = range(start // block, (end - 1) // block + 1)
+        if any(i not in self._cache for i in needed):
+            return None
+        data = b"".join(self._cache[i] for i in needed)
+        return data[start - needed[0] * block : end - needed[0] * block]
 
     async def _read_blocks(self, start: int, end: int) -> bytes:
         size, block = self.size, self._block

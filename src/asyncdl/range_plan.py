@@ -22,8 +22,10 @@ read and dropped to half of that (obstore's default is 1 MiB too).
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from .config import KiB, MiB, is_int_at_least
 from .errors import InvalidRequestError
@@ -52,9 +54,10 @@ class Span:
 
 
 def check_ranges(ranges: object, *, bucket: str, key: str) -> list[tuple[int, int]]:
-    """The caller's ``(start, end)`` pairs, half-open, as a list; anything else (a
-    negative or reversed bound, a bool, a float, a string, a pair of three) raises
-    :class:`InvalidRequestError` before anything is sent."""
+    """The caller's ``(start, end)`` pairs, half-open, as a list of ints (numpy's ints
+    too: offsets often come in arrays); anything else (a negative or reversed bound, a
+    bool, a float, a string, a pair of three, a ``range``, whose two items are not its
+    bounds) raises :class:`InvalidRequestError` before anything is sent."""
     if isinstance(ranges, str | bytes | bytearray | memoryview) or not isinstance(ranges, Iterable):
         raise InvalidRequestError(
             f"ranges must be an iterable of (start, end) pairs, got {type(ranges).__name__}",
@@ -63,13 +66,17 @@ def check_ranges(ranges: object, *, bucket: str, key: str) -> list[tuple[int, in
         )
     checked: list[tuple[int, int]] = []
     for index, pair in enumerate(ranges):
-        if not isinstance(pair, Sequence) or isinstance(pair, str | bytes) or len(pair) != 2:
+        if (
+            not isinstance(pair, Sequence)
+            or isinstance(pair, str | bytes | range)
+            or len(pair) != 2
+        ):
             raise InvalidRequestError(
                 f"ranges[{index}] must be a (start, end) pair, got {_shown(pair)}",
                 bucket=bucket,
                 key=key,
             )
-        start, end = pair
+        start, end = (_offset(bound) for bound in pair)
         if not is_int_at_least(start, 0) or not is_int_at_least(end, start) or end > MAX_OFFSET:
             raise InvalidRequestError(
                 f"ranges[{index}] must be ints with 0 <= start <= end <= 2**63 - 1, "
@@ -79,6 +86,17 @@ def check_ranges(ranges: object, *, bucket: str, key: str) -> list[tuple[int, in
             )
         checked.append((start, end))
     return checked
+
+
+def _offset(value: Any) -> Any:
+    """An int-like bound (``numpy.int64``) as an int; anything else as it is, for the
+    caller's check to refuse (a bool stays a bool: ``True`` is a bug, not 1)."""
+    if isinstance(value, int):
+        return value
+    try:
+        return operator.index(value)
+    except TypeError:
+        return value
 
 
 def _shown(value: object) -> str:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .adaptive import own_slots
@@ -37,7 +37,7 @@ from .range_plan import (
     check_within,
     coalesce,
 )
-from .ranges import ByteRange
+from .ranges import ByteRange, LastBytes
 from .request_args import ExtraArgs, check_size_and_etag
 from .retry import with_retries
 from .s3_source import RangeNotSatisfiable, Response, S3Object
@@ -46,13 +46,17 @@ from .verify import Verifier
 
 
 class SpanSink:
-    """Where the GETs of some spans write: one buffer per span; bytes that fall in no
-    span (a whole-object answer's, between the ranges) are dropped as they pass."""
+    """Where the GETs of some spans write: the pieces of each span as they come, joined
+    once when the span is first cut (one copy of each byte, no buffer zeroed first);
+    bytes that fall in no span (a whole-object answer's, between the ranges) are dropped
+    as they pass."""
 
     def __init__(self, spans: Sequence[Span]) -> None:
         self.spans = list(spans)
         self._starts = [span.start for span in self.spans]
-        self.buffers = [bytearray(span.end - span.start) for span in self.spans]
+        #: Per span, its pieces ``(offset, bytes)`` in the order they were written.
+        self._pieces: list[list[tuple[int, bytes | memoryview]]] = [[] for _ in self.spans]
+        self._joined: dict[int, bytes] = {}
 
     async def write_chunks(self, offset: int, chunks: list[bytes], crc: Any, previous: Any) -> Any:
         for chunk in chunks:
@@ -63,13 +67,15 @@ class SpanSink:
     def put(self, offset: int, chunk: bytes) -> None:
         end = offset + len(chunk)
         index = max(bisect.bisect_right(self._starts, offset) - 1, 0)
-        view = memoryview(chunk)
-        for span, buffer in zip(self.spans[index:], self.buffers[index:], strict=True):
+        for span, pieces in zip(self.spans[index:], self._pieces[index:], strict=True):
             if span.start >= end:
                 break
             low, high = max(span.start, offset), min(span.end, end)
             if low < high:
-                buffer[low - span.start : high - span.start] = view[low - offset : high - offset]
+                whole = low == offset and high == end
+                pieces.append(
+                    (low, chunk if whole else memoryview(chunk)[low - offset : high - offset])
+                )
 
     def cut(self, start: int, end: int) -> bytes:
         """Bytes ``[start, end)``, which one span holds."""
@@ -77,7 +83,30 @@ class SpanSink:
             return b""
         index = bisect.bisect_right(self._starts, start) - 1
         span = self.spans[index]
-        return bytes(self.buffers[index][start - span.start : end - span.start])
+        data = self._joined.get(index)
+        if data is None:
+            data = self._joined[index] = _join(span, self._pieces[index])
+            self._pieces[index] = []
+        return data[start - span.start : end - span.start]  # the span itself: no copy
+
+
+def _join(span: Span, pieces: list[tuple[int, bytes | memoryview]]) -> bytes:
+    """A span's bytes from its pieces: joined in offset order when they tile it; laid
+    over one another in the order written when a GET started again (a later write
+    wins, as it would in a file)."""
+    ordered = sorted(pieces, key=lambda piece: piece[0])
+    at = span.start
+    for offset, piece in ordered:
+        if offset != at:
+            break
+        at += len(piece)
+    else:
+        if at == span.end:
+            return b"".join(piece for _, piece in ordered)
+    buffer = bytearray(span.end - span.start)
+    for offset, piece in pieces:
+        buffer[offset - span.start : offset - span.start + len(piece)] = piece
+    return bytes(buffer)
 
 
 async def read_ranges(
@@ -87,34 +116,57 @@ async def read_ranges(
     ranges: object,
     *,
     extra_args: ExtraArgs | None,
-    size: int | None,
-    etag: str | None,
+    size: object,
+    etag: object,
     max_gap: int | None,
     max_request: int | None,
     url: str | None = None,
 ) -> list[bytes]:
     """The bytes of each ``(start, end)`` of ``ranges``, in the caller's order."""
     obj = ctx.object_for(bucket, key, extra_args, url)
-    bucket, key = obj.bucket, obj.key
-    where = {"bucket": bucket, "key": key}
+    known_size, known_etag = check_size_and_etag(size, etag, bucket=obj.bucket, key=obj.key)
+    return await read_object_ranges(
+        ctx, obj, ranges, size=known_size, etag=known_etag, max_gap=max_gap, max_request=max_request
+    )
+
+
+async def read_object_ranges(
+    ctx: Context,
+    obj: S3Object,
+    ranges: object,
+    *,
+    size: int | None,
+    etag: str | None,
+    max_gap: int | None,
+    max_request: int | None,
+    cached: Callable[[int, int], bytes | None] | None = None,
+) -> list[bytes]:
+    """:func:`read_ranges` of an object already checked; ``cached(start, end)``: bytes
+    the caller holds already (``None`` for those it has not), which no GET then asks
+    for."""
+    where = {"bucket": obj.bucket, "key": obj.key}
     asked = check_ranges(ranges, **where)
     gap = DEFAULT_MAX_GAP if max_gap is None else max_gap
     most = ctx.config.chunk_size if max_request is None else max_request
     check_tuning(gap, most, chunk_size=ctx.config.chunk_size, **where)
-    size, etag = check_size_and_etag(size, etag, **where)
     if size is not None:
         check_within(asked, size, **where)
-    spans = coalesce(asked, max_gap=gap, max_request=most)
+    found = [
+        b"" if start == end else None if cached is None else cached(start, end)
+        for start, end in asked
+    ]
+    missing = [pair for got, pair in zip(found, asked, strict=True) if got is None]
+    spans = coalesce(missing, max_gap=gap, max_request=most)
     if not spans:
-        return [b""] * len(asked)  # only empty ranges: nothing to send
+        return [got or b"" for got in found]  # nothing to send: every range is known
     with own_slots():
         try:
-            sink = await fetch_spans(ctx, obj, asked, spans, most, size=size, etag=etag)
+            sink = await fetch_spans(ctx, obj, missing, spans, most, size=size, etag=etag)
         except DownloadError:
             raise
         except Exception as exc:
-            raise translate(exc, bucket=bucket, key=key) from exc
-    return [sink.cut(start, end) for start, end in asked]
+            raise translate(exc, bucket=obj.bucket, key=obj.key) from exc
+    return [sink.cut(*pair) if got is None else got for got, pair in zip(found, asked, strict=True)]
 
 
 async def fetch_spans(
@@ -171,7 +223,12 @@ async def fetch_spans(
 
 
 async def first_get(
-    ctx: Context, obj: S3Object, piece: ByteRange, *, size: int | None, etag: str | None
+    ctx: Context,
+    obj: S3Object,
+    piece: ByteRange | LastBytes,
+    *,
+    size: int | None,
+    etag: str | None,
 ) -> tuple[Response | None, int, str | None]:
     """The first GET, retried as a stream's is: its answer, the object's size and the
     ETag the others are pinned to (``etag`` itself when the caller gave one). A 416
@@ -194,9 +251,9 @@ async def first_get(
     )
     if isinstance(answer, RangeNotSatisfiable):
         if answer.actual_size is None:
+            where = f"bytes from {piece.start}" if isinstance(piece, ByteRange) else "any byte"
             raise obj.error(
-                f"the server says bytes from {piece.start} are past the end (HTTP 416)",
-                InvalidRequestError,
+                f"the server says {where} are past the end (HTTP 416)", InvalidRequestError
             )
         found, response = answer.actual_size, None
     else:
@@ -216,12 +273,22 @@ def answered_end(answer: Response) -> int:
     return answer.content_range.end
 
 
-def _size_in(obj: S3Object, answer: Response, piece: ByteRange) -> int:
+def _size_in(obj: S3Object, answer: Response, piece: ByteRange | LastBytes) -> int:
     """The object's size, as the first answer says it; an answer from another offset
     than ``piece``, or short of it before the object's end, is closed and an error."""
     content_range = answer.content_range
     if answer.status == 200 and content_range is None:
         return answer.content_length  # the server ignored Range: the whole object
+    if isinstance(piece, LastBytes):
+        if answer.status == 206 and content_range is not None:
+            # Its size, whatever bytes it sent: a server may misread a suffix range
+            # (s3rver sends bytes 0 to N); the caller checks which bytes came.
+            return content_range.total
+        answer.close()
+        raise obj.error(
+            f"asked for the last {piece.length} bytes, got HTTP {answer.status} "
+            f"with Content-Range {content_range}"
+        )
     if (
         answer.status == 206
         and content_range is not None

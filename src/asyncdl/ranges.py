@@ -31,6 +31,22 @@ class ByteRange:
         return f"bytes={self.start}-{self.end - 1}"
 
 
+@dataclass(frozen=True, slots=True)
+class LastBytes:
+    """The last ``length`` bytes of an object whose size is not known yet (HTTP's
+    suffix range, ``bytes=-N``): the whole object when it is shorter."""
+
+    length: int
+
+    def __post_init__(self) -> None:
+        if self.length < 1:
+            raise ValueError(f"invalid suffix length {self.length}")
+
+    def header(self) -> str:
+        """The HTTP ``Range`` header value."""
+        return f"bytes=-{self.length}"
+
+
 def plan_ranges(size: int, chunk_size: int, start: int = 0) -> Iterator[ByteRange]:
     """Split ``[start, size)`` into consecutive ranges of at most ``chunk_size`` bytes.
 

@@ -23,7 +23,7 @@ from .get_response import (
     length_or_none,
     strong_etag,
 )
-from .ranges import ByteRange
+from .ranges import ByteRange, LastBytes
 from .request_args import ExtraArgs
 from .signed_get import Fallback, GetTemplate, SignedGets
 from .stats import CLIENT_ERROR, OK, THROTTLED, Counters, outcome
@@ -172,7 +172,9 @@ class S3Object:
             headers=raw["ResponseMetadata"].get("HTTPHeaders", {}),
         )
 
-    async def get(self, byte_range: ByteRange | None, *, if_match: str | None) -> Response:
+    async def get(
+        self, byte_range: ByteRange | LastBytes | None, *, if_match: str | None
+    ) -> Response:
         """Send a GET; the returned response holds a concurrency slot until closed."""
         template = None
         if self._signed is not None:
@@ -241,7 +243,7 @@ class S3Object:
     async def _send(
         self,
         template: GetTemplate | None,
-        byte_range: ByteRange | None,
+        byte_range: ByteRange | LastBytes | None,
         if_match: str | None,
         *,
         part_number: int | None = None,

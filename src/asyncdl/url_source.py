@@ -33,7 +33,7 @@ from .adaptive import Budget
 from .errors import InvalidRequestError
 from .lean_send import Route
 from .lean_send import send as send_on
-from .ranges import ByteRange, parse_content_range
+from .ranges import ByteRange, LastBytes, parse_content_range
 from .s3_source import ObjectMeta, Response, S3Object, strong_etag
 from .signed_get import (
     MAX_ERROR_BODY,
@@ -189,7 +189,7 @@ class UrlObject(S3Object):
     async def _send(
         self,
         template: GetTemplate | None,
-        byte_range: ByteRange | None,
+        byte_range: ByteRange | LastBytes | None,
         if_match: str | None,
         *,
         part_number: int | None = None,

@@ -32,6 +32,12 @@ async def check(namespace: dict[str, Any]) -> None:
     start = column.dictionary_page_offset
     assert namespace["chunk"] == blob[start : start + column.total_compressed_size]
     assert namespace["metadata"].num_rows == 200_000
+    chunks = [
+        blob[start : start + n]
+        for start, n in zip(namespace["starts"], namespace["sizes"], strict=True)
+    ]
+    assert namespace["chunks"] == chunks
+    assert [c.path_in_schema for c in namespace["columns"]] == ["day", "amount"]
 
     with zipfile.ZipFile(io.BytesIO(OBJECTS["archives/logs.zip"])) as archive:
         assert namespace["log"] == archive.read("2026/17.log")
