@@ -23,11 +23,12 @@ if typing.TYPE_CHECKING:  # what type checkers and IDEs see: the names, imported
         TargetBusyError,
     )
     from .object_info import ObjectInfo
-    from .random_access import RandomAccessReader, SyncReader
+    from .random_access import RandomAccessReader
     from .results import DownloadResult
     from .stats import EngineStats, RequestCounts
     from .strategies import GetFirst, HeadFirst, Strategy
     from .streaming import ObjectStream
+    from .sync_reader import SyncReader
 
     #: The installed version (``"0.1.0"``), read from the package's metadata once asked for.
     __version__: str
@@ -75,7 +76,7 @@ _MODULES = {
     "RandomAccessReader": "random_access",
     "RequestCounts": "stats",
     "Strategy": "strategies",
-    "SyncReader": "random_access",
+    "SyncReader": "sync_reader",
     "TargetBusyError": "errors",
     "TransferConfig": "config",
     "download": "api",

@@ -18,21 +18,15 @@ A server that sends no strong ETag (none, or a weak one) cannot have later reads
 pinned: opening such an object larger than one block fails rather than risk a
 mixture. A server that ignores Range cannot serve blocks: opening fails too.
 
-:class:`SyncReader` is an ``io.RawIOBase`` over the reader, for a library that reads
-files (``zipfile``, ``pyarrow``) in a worker thread while the engine's loop runs:
-each read is handed to the loop (``run_coroutine_threadsafe``) and waited for.
-Used on the loop's own thread it would wait for itself forever: it refuses.
+:meth:`RandomAccessReader.sync` gives the reader as a blocking file for a worker
+thread (``sync_reader``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import io
-import operator
-import threading
 from collections import OrderedDict
-from collections.abc import Generator, Iterable
+from collections.abc import Generator, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, Self, get_args
 
 from .adaptive import own_slots
@@ -46,6 +40,7 @@ from .range_plan import Span, coalesce
 from .range_reads import SpanSink, answered_end, fetch_spans, first_get, read_object_ranges
 from .ranges import ByteRange, LastBytes
 from .request_args import ExtraArgs, check_size_and_etag
+from .sync_reader import SyncReader
 from .verify import Verifier
 
 if TYPE_CHECKING:
@@ -340,8 +335,7 @@ class RandomAccessReader:
         needed = range(start // block, (end - 1) // block + 1)
         if any(i not in self._cache for i in needed):
             return None
-        data = b"".join(self._cache[i] for i in needed)
-        return data[start - needed[0] * block : end - needed[0] * block]
+        return _cut(self._cache, needed, start, end, block)
 
     async def _read_blocks(self, start: int, end: int) -> bytes:
         size, block = self.size, self._block
@@ -368,10 +362,10 @@ class RandomAccessReader:
             got = {i: sink.cut(s, e) for i, (s, e) in zip(wanted, asked, strict=True)}
         # Taken before any is kept: keeping may evict a block this read still needs.
         blocks = {i: got[i] if i in got else self._cache[i] for i in needed}
-        pieces = [data[max(start - i * block, 0) : end - i * block] for i, data in blocks.items()]
-        for i, data in [*blocks.items(), *got.items()]:
-            self._keep(i, data)  # the blocks read ahead last: the most recent
-        return b"".join(pieces)
+        data = _cut(blocks, needed, start, end, block)
+        for i, kept in [*blocks.items(), *got.items()]:
+            self._keep(i, kept)  # the blocks read ahead last: the most recent
+        return data
 
     def _keep(self, index: int, data: bytes) -> None:
         self._cache[index] = data
@@ -380,85 +374,12 @@ class RandomAccessReader:
             self._cache.popitem(last=False)
 
 
-class SyncReader(io.RawIOBase):
-    """A :class:`RandomAccessReader` as a blocking binary file, for a worker thread
-    (:meth:`RandomAccessReader.sync`). Each read runs on the reader's loop and is
-    waited for; its own offset, so the async reader's is left alone. Closing it does
-    not close the reader. On the loop's own thread every call raises ``RuntimeError``
-    (it would wait for itself)."""
-
-    def __init__(self, reader: RandomAccessReader, loop: asyncio.AbstractEventLoop) -> None:
-        super().__init__()
-        self._reader, self._loop = reader, loop
-        self._loop_thread = threading.get_ident()
-        self._pos = 0
-
-    def readable(self) -> bool:
-        """``True``."""
-        return True
-
-    def seekable(self) -> bool:
-        """``True``."""
-        return True
-
-    def readinto(self, buffer: WriteableBuffer) -> int:
-        """Read into ``buffer`` from this file's offset; how many bytes (0 at the end)."""
-        view = memoryview(buffer).cast("B")
-        data = self._wait(self._reader.read_at(self._pos, len(view)))
-        view[: len(data)] = data
-        self._pos += len(data)
-        return len(data)
-
-    def readall(self) -> bytes:
-        """All that is left, in one read."""
-        data = self._wait(self._reader.read_at(self._pos, -1))
-        self._pos += len(data)
-        return data
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        """As a file's ``seek``; the reader is not asked (its own offset stays)."""
-        offset = operator.index(offset)  # TypeError for 1.5, as a file's seek raises
-        if type(whence) is not int:
-            raise TypeError(f"whence must be an int, got {whence!r}")
-        if whence == io.SEEK_SET:
-            base = 0
-        elif whence == io.SEEK_CUR:
-            base = self._pos
-        elif whence == io.SEEK_END:
-            size = self._reader.size
-            if size is None:
-                raise ValueError("the reader is not open yet")
-            base = size
-        else:
-            raise ValueError(f"whence must be 0, 1 or 2, got {whence!r}")
-        if base + offset < 0:
-            raise ValueError(f"negative seek position {base + offset}")
-        self._pos = base + offset
-        return self._pos
-
-    def tell(self) -> int:
-        """This file's offset."""
-        return self._pos
-
-    def _wait(self, work: Any) -> bytes:
-        if threading.get_ident() == self._loop_thread:
-            work.close()
-            raise RuntimeError(
-                "SyncReader used on its event loop's thread would wait for itself: "
-                "use it in a worker thread (asyncio.to_thread), or the async reader here"
-            )
-        if self.closed:
-            work.close()
-            raise ValueError("I/O operation on closed file")
-        if self._loop.is_closed() or not self._loop.is_running():
-            work.close()
-            raise RuntimeError("the reader's event loop is not running")
-        future = asyncio.run_coroutine_threadsafe(work, self._loop)
-        while True:
-            try:
-                result: bytes = future.result(timeout=0.5)
-                return result
-            except concurrent.futures.TimeoutError:
-                if not self._loop.is_running():
-                    future.cancel()
-                    raise RuntimeError("the reader's event loop stopped") from None
+def _cut(blocks: Mapping[int, bytes], needed: range, start: int, end: int, block: int) -> bytes:
+    """Bytes ``[start, end)`` of the blocks ``needed``, copied once (a read within one
+    block is a slice of it; across blocks, views of them joined)."""
+    if len(needed) == 1:
+        low = needed[0] * block
+        return blocks[needed[0]][start - low : end - low]
+    return b"".join(
+        memoryview(blocks[i])[max(start - i * block, 0) : end - i * block] for i in needed
+    )
