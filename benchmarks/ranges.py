@@ -66,6 +66,7 @@ CLIENTS = {
         "asyncdl-listed",
         "asyncdl-open",
         "asyncdl-reader",
+        "asyncdl-reader-listed",
         "obstore",
         "obstore-reader",
         "s3fs",
@@ -116,18 +117,20 @@ async def asyncdl_client(plan: dict[str, Any], stack: AsyncExitStack, kind: str)
     engine = await stack.enter_async_context(asyncdl.Engine())
     bucket = plan["bucket"]
     known: dict[str, dict[str, Any]] = {}
-    if kind == "listed":
+    if kind.endswith("listed"):
         # The object's size and ETag from a listing before the clock, as a dataset
         # reader has them: every GET is pinned from the first, none waits for another.
         listing = await engine.client.list_objects_v2(Bucket=bucket, Prefix=plan["key"])
         entry = listing["Contents"][0]
         known[entry["Key"]] = {"size": entry["Size"], "etag": entry["ETag"]}
-    if kind not in ("open", "reader"):
+    if kind == "listed" or not kind:
         return lambda key: (
             lambda ranges: engine.read_ranges(bucket, key, ranges, **known.get(key, {}))
         )
 
     async def opened(key: str) -> Any:
+        if key in known:  # opening sends nothing: the first read's GET is pinned
+            return await stack.enter_async_context(engine.open(bucket, key, **known[key]))
         # As a reader of a format with its index at the end opens it: the opening GET
         # brings the last block (1 MiB), the object's size and ETag; every other GET
         # is pinned to that ETag.
@@ -137,15 +140,22 @@ async def asyncdl_client(plan: dict[str, Any], stack: AsyncExitStack, kind: str)
         return lambda key: file_read(lambda: opened(key))
     readers: dict[str, Any] = {}
 
-    def reader_ranges(key: str) -> Read:
+    def reader_read(key: str) -> Read:
+        # One range is read as a file reads (through the block cache); several at once
+        # with the reader's read_ranges, pinned to its ETag as every read is.
         async def read(ranges: Ranges) -> list[bytes]:
             if key not in readers:
                 readers[key] = await opened(key)
-            return await readers[key].read_ranges(ranges)  # type: ignore[no-any-return]
+            reader = readers[key]
+            if len(ranges) == 1:
+                ((start, end),) = ranges
+                reader.seek(start)
+                return [await reader.read(end - start)]
+            return await reader.read_ranges(ranges)  # type: ignore[no-any-return]
 
         return read
 
-    return reader_ranges
+    return reader_read
 
 
 async def obstore_client(plan: dict[str, Any], stack: AsyncExitStack, kind: str) -> Client:
