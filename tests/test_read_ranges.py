@@ -417,3 +417,17 @@ def test_span_sink_joins_pieces_and_a_restarted_get_overwrites() -> None:
     for offset in (50, 0, 75, 25):
         sink.put(offset, data[offset : offset + 25])
     assert sink.cut(10, 90) == data[10:90]
+
+
+async def test_without_etags_ranges_far_apart_are_refused_not_read_through(
+    engine: asyncdl.Engine, s3: Any, bucket: str, proxy: TcpProxy
+) -> None:
+    # One unpinned GET across them would read 15 chunks to keep 20 bytes: past the
+    # 8 chunks of bytes between the ranges it reads and drops, it refuses instead.
+    data = payload(16 * CHUNK)
+    s3.put_object(Bucket=bucket, Key="k", Body=data)
+    proxy.rule = lambda r: Fault(response_headers={"etag": 'W/"weak"'})
+    with pytest.raises(asyncdl.DownloadError, match="no strong ETag"):
+        await engine.read_ranges(bucket, "k", [(0, 10), (15 * CHUNK, 15 * CHUNK + 10)])
+    assert [r.range for r in proxy.requests] == ["bytes=0-9"]
+    assert proxy.response_bytes < 2 * CHUNK

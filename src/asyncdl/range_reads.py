@@ -13,8 +13,10 @@ An answer with no strong ETag (none, or a weak ``W/"..."``, which ``If-Match``
 never matches) pins nothing. Then, as a stream does, the first answer is dropped
 when more than it is needed, and one unpinned GET from the first span's start to
 the last one's end brings every range, its bytes between them read and dropped:
-one answer is one version. A server that ignores Range answers the first GET
-with the whole object: every range is cut from that body as it passes.
+one answer is one version; when that GET would read and drop more than
+``UNPINNED_EXTRA_CHUNKS`` chunks between the ranges, ``DownloadError`` instead. A
+server that ignores Range answers the first GET with the whole object: every range
+is cut from that body as it passes.
 """
 
 from __future__ import annotations
@@ -43,6 +45,10 @@ from .retry import with_retries
 from .s3_source import RangeNotSatisfiable, Response, S3Object
 from .transfer import first_failure
 from .verify import Verifier
+
+#: Without a strong ETag, the most bytes between the ranges (in chunks) that the one
+#: unpinned GET bringing them all may read and drop.
+UNPINNED_EXTRA_CHUNKS = 8
 
 
 class SpanSink:
@@ -201,6 +207,7 @@ async def fetch_spans(
                 # Nothing pins the other GETs to the first answer's version: one GET
                 # for all of it instead (see the module's docstring).
                 opened.close()
+                _check_unpinned(obj, spans, ctx.config.chunk_size)
                 await fetch_part(fetch, Part(spans[0].start, spans[-1].end), None)
                 return sink
             rest = [(p.start, p.end) for p in pieces[1:]]
@@ -220,6 +227,21 @@ async def fetch_spans(
     finally:
         if first is not None:
             first.close()
+
+
+def _check_unpinned(obj: S3Object, spans: Sequence[Span], chunk_size: int) -> None:
+    """``DownloadError`` rather than one unpinned GET that would read and drop more
+    than ``UNPINNED_EXTRA_CHUNKS`` chunks between the ranges."""
+    across = spans[-1].end - spans[0].start
+    extra = across - sum(span.end - span.start for span in spans)
+    most = UNPINNED_EXTRA_CHUNKS * chunk_size
+    if extra > most:
+        raise obj.error(
+            f"the server sends no strong ETag: these ranges could come from one version "
+            f"only in one GET of {across} bytes, reading and dropping {extra} between "
+            f"them, more than {UNPINNED_EXTRA_CHUNKS} chunks ({most}); ask for nearer "
+            f"ranges, or download the object"
+        )
 
 
 async def first_get(
