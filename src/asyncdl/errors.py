@@ -133,6 +133,17 @@ def is_retryable(exc: BaseException) -> bool:
     return False
 
 
+class RangeNotSatisfiable(Exception):
+    """A 416 answer; ``actual_size`` is S3's ``ActualObjectSize`` when it sent one.
+    The first GET of a read takes it as an answer (the size); anywhere else the object
+    got shorter than the bytes asked of it: ``translate`` says it changed."""
+
+    def __init__(self, actual_size: int | None, etag: str | None) -> None:
+        super().__init__(f"416 InvalidRange (ActualObjectSize={actual_size})")
+        self.actual_size = actual_size
+        self.etag = etag
+
+
 def translate(exc: BaseException, *, bucket: str, key: str, attempts: int = 1) -> DownloadError:
     """Map any failure of a request to the :class:`DownloadError` a user can act on."""
     if isinstance(exc, DownloadError):
@@ -153,6 +164,9 @@ def translate(exc: BaseException, *, bucket: str, key: str, attempts: int = 1) -
                 f"the object changed during the download ({code}); try again", **where
             )
         return DownloadError(f"S3 answered HTTP {status} {code}{tried}: {message}", **where)
+    if isinstance(exc, RangeNotSatisfiable):
+        now = "" if exc.actual_size is None else f", it is now {exc.actual_size} bytes"
+        return ObjectChangedError(f"the server refused bytes it had (HTTP 416){now}", **where)
     if isinstance(
         exc, botocore_errors.NoCredentialsError | botocore_errors.PartialCredentialsError
     ):

@@ -64,7 +64,7 @@ async def check(
     where = {"bucket": bucket, "key": key}
     args = check_extra_args(extra_args, **where)
     target: Path = await quick_io.QUICK_IO.call(check_target, path, **where)
-    size, etag = check_size_and_etag(size, etag, **where)
+    size, etag = check_size_and_etag(size, etag, bucket=bucket, key=key)
     try:
         chosen = resolve_strategy(strategy, ctx.client)
     except ValueError as exc:

@@ -30,10 +30,10 @@ from collections.abc import Generator, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, Self, get_args
 
 from .adaptive import own_slots
-from .config import MiB, is_int_at_least
+from .config import KiB, MiB, is_int_at_least
 from .context import Context
 from .errors import InvalidRequestError
-from .get_response import UNKNOWN_LENGTH
+from .get_response import UNKNOWN_LENGTH, Response
 from .parts import Fetch, Part, fetch_part
 from .progress import Reporter
 from .range_plan import Span, coalesce
@@ -49,10 +49,19 @@ if TYPE_CHECKING:
 #: Bytes per block: at S3's ~90 MB/s per connection a MiB costs about as long as a
 #: request's own latency, so smaller blocks would be paid mostly in round trips.
 DEFAULT_BLOCK_SIZE = 1 * MiB
+#: The smallest block: a read costs some Python objects per block it spans, and a
+#: block smaller than a page is paid in those, not in bytes.
+MIN_BLOCK_SIZE = 4 * KiB
 #: Blocks the cache keeps (memory: about ``block_size * cache_blocks`` per reader).
 DEFAULT_CACHE_BLOCKS = 16
 #: Which block the opening GET brings: the first, or the last (a suffix range).
 FirstBlock = Literal["start", "end"]
+
+
+def _bounds(answer: Response) -> tuple[int, int]:
+    """Where a ranged answer's bytes start and end."""
+    assert answer.content_range is not None
+    return answer.content_range.start, answer.content_range.end
 
 
 class RandomAccessReader:
@@ -91,8 +100,9 @@ class RandomAccessReader:
     ) -> None:
         self._obj = ctx.object_for(bucket, key, extra_args, url)
         bucket, key = self._obj.bucket, self._obj.key
-        self._given = check_size_and_etag(size, etag, bucket=bucket, key=key)
-        if first_block not in get_args(FirstBlock):
+        self._given = check_size_and_etag(size, etag, bucket=bucket, key=key, pins=True)
+        chosen: object = first_block  # a caller's: a str subclass may claim to equal both
+        if type(chosen) is not str or chosen not in get_args(FirstBlock):
             raise InvalidRequestError(
                 f"first_block must be 'start' or 'end', got {first_block!r}",
                 bucket=bucket,
@@ -102,10 +112,10 @@ class RandomAccessReader:
         chunk = ctx.config.chunk_size
         block_size = min(DEFAULT_BLOCK_SIZE, chunk) if block_size is None else block_size
         cache_blocks = DEFAULT_CACHE_BLOCKS if cache_blocks is None else cache_blocks
-        if not is_int_at_least(block_size, 1) or block_size > chunk:
+        if not is_int_at_least(block_size, MIN_BLOCK_SIZE) or block_size > chunk:
             raise InvalidRequestError(
-                f"block_size must be an int between 1 and the chunk_size {chunk}, "
-                f"got {block_size!r}",
+                f"block_size must be an int between {MIN_BLOCK_SIZE} and the chunk_size "
+                f"{chunk}, got {block_size!r}",
                 bucket=bucket,
                 key=key,
             )
@@ -201,14 +211,15 @@ class RandomAccessReader:
 
     async def read(self, n: int = -1) -> bytes:
         """Up to ``n`` bytes from the current offset (all that is left when ``n`` is
-        negative); ``b""`` at the end."""
-        data = await self.read_at(self._pos, n)
-        self._pos += len(data)
-        return data
+        negative); ``b""`` at the end. Reads from several tasks at once each take the
+        offset where the one before left it."""
+        return await self._read(None, n)
 
     async def readinto(self, buffer: WriteableBuffer) -> int:
         """Read into ``buffer`` (bytes-like, writable); return how many bytes."""
         view = memoryview(buffer).cast("B")
+        if view.readonly:  # before the read: its bytes would be lost, the offset moved
+            raise TypeError("readinto() needs a writable buffer")
         data = await self.read(len(view))
         view[: len(data)] = data
         return len(data)
@@ -216,25 +227,33 @@ class RandomAccessReader:
     async def read_at(self, offset: int, n: int = -1) -> bytes:
         """Up to ``n`` bytes from ``offset``, leaving the current offset alone (as
         ``os.pread``); what :class:`SyncReader` reads with."""
-        if not is_int_at_least(offset, 0) or not isinstance(n, int) or isinstance(n, bool):
+        return await self._read(offset, n)
+
+    async def _read(self, offset: int | None, n: int) -> bytes:
+        """Read from ``offset``, or from the current offset (``None``), which it then
+        moves past what it read: taken and moved under the lock."""
+        if (offset is not None and not is_int_at_least(offset, 0)) or type(n) is not int:
             raise InvalidRequestError(
                 f"offset must be an int >= 0 and n an int, got {offset!r}, {n!r}", **self._where
             )
         await self.open()
         async with self._lock:
             self._check_open()
+            start = self._pos if offset is None else offset
             size = self.size
             assert size is not None
-            end = size if n < 0 else min(size, offset + n)
-            if offset >= end:
+            end = size if n < 0 else min(size, start + n)
+            if start >= end:
                 return b""
             # The opening answer first: a suffix answer's bytes before its last block
             # are in no block.
-            data = self._in_first(offset, end)
+            data = self._in_first(start, end)
             if data is None:
                 with own_slots():
-                    data = await self._read_blocks(offset, end)
+                    data = await self._read_blocks(start, end)
             self._last_end = end
+            if offset is None:
+                self._pos = end
             return data
 
     async def read_ranges(
@@ -289,7 +308,8 @@ class RandomAccessReader:
                 first.close()
             self.size, self.etag = size, etag
             return
-        if first.content_range is None or size == UNKNOWN_LENGTH:
+        whole = first.content_range is None  # the server ignored Range
+        if size == UNKNOWN_LENGTH or (whole and size > block):
             first.close()
             raise obj.error("the server ignores Range: it cannot serve a file's blocks")
         if etag is None and size > block:
@@ -299,10 +319,7 @@ class RandomAccessReader:
                 "version (read_ranges fetches such an object in one GET)"
             )
         start = max(size - block, 0) if self._from_end else 0
-        if self._from_end and (first.content_range.start, first.content_range.end) != (
-            start,
-            size,
-        ):
+        if self._from_end and not whole and _bounds(first) != (start, size):
             # A server that misreads a suffix range (s3rver answers "bytes=-N" with
             # bytes 0 to N) still said the size: the last block by its offsets, pinned.
             first.close()
@@ -313,7 +330,7 @@ class RandomAccessReader:
         end = min(start + block, size)
         sink = SpanSink([Span(start, end)])
         fetch = Fetch(ctx, obj, sink, etag, size, Verifier("off", None), Reporter(None))
-        await fetch_part(fetch, Part(start, answered_end(first)), first)
+        await fetch_part(fetch, Part(start, size if whole else answered_end(first)), first)
         self._first = (start, sink.cut(start, end))
         index = (size - 1) // block if self._from_end else 0
         self._keep(index, sink.cut(index * block, min((index + 1) * block, size)))

@@ -33,6 +33,7 @@ from .parts import Fetch, Part, fetch_part, fetch_ranges
 from .progress import Reporter
 from .range_plan import (
     DEFAULT_MAX_GAP,
+    MAX_OFFSET,
     Span,
     check_ranges,
     check_tuning,
@@ -130,7 +131,9 @@ async def read_ranges(
 ) -> list[bytes]:
     """The bytes of each ``(start, end)`` of ``ranges``, in the caller's order."""
     obj = ctx.object_for(bucket, key, extra_args, url)
-    known_size, known_etag = check_size_and_etag(size, etag, bucket=obj.bucket, key=obj.key)
+    known_size, known_etag = check_size_and_etag(
+        size, etag, bucket=obj.bucket, key=obj.key, pins=True
+    )
     return await read_object_ranges(
         ctx, obj, ranges, size=known_size, etag=known_etag, max_gap=max_gap, max_request=max_request
     )
@@ -272,15 +275,25 @@ async def first_get(
         counters=ctx.counters,
     )
     if isinstance(answer, RangeNotSatisfiable):
-        if answer.actual_size is None:
-            where = f"bytes from {piece.start}" if isinstance(piece, ByteRange) else "any byte"
+        found, response = answer.actual_size, None
+        start = piece.start if isinstance(piece, ByteRange) else 0
+        if found is None:
+            where = f"bytes from {start}" if isinstance(piece, ByteRange) else "any byte"
             raise obj.error(
                 f"the server says {where} are past the end (HTTP 416)", InvalidRequestError
             )
-        found, response = answer.actual_size, None
+        if found > start:  # a 416 for bytes it says it has: nothing it says can be trusted
+            raise obj.error(
+                f"the server refused {piece.header()} (HTTP 416) of an object it says is "
+                f"{found} bytes"
+            )
     else:
         response = answer
         found = _size_in(obj, response, piece)
+    if found > MAX_OFFSET:
+        if response is not None:
+            response.close()
+        raise obj.error(f"the server says the object is {found} bytes, more than any can be")
     if size is not None and found != size:
         if response is not None:
             response.close()

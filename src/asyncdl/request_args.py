@@ -91,6 +91,10 @@ def check_extra_args(extra_args: ExtraArgs | None, *, bucket: str, key: str) -> 
     return MappingProxyType(dict(extra_args))
 
 
+#: What an ETag may hold: it travels in an ``If-Match`` header.
+_ETAG = re.compile(r"[\x21-\x7e]+")
+
+
 def normalize_etag(etag: str) -> str | None:
     """ETags travel quoted; a caller may hand one over bare (as some listings print it).
     A weak one is ``None``, as one in an answer is (``get_response.strong_etag``)."""
@@ -102,10 +106,12 @@ def normalize_etag(etag: str) -> str | None:
 
 
 def check_size_and_etag(
-    size: object, etag: object, *, bucket: str, key: str
+    size: object, etag: object, *, bucket: str, key: str, pins: bool = False
 ) -> tuple[int | None, str | None]:
     """A caller's size and ETag of the object, checked (a bare ETag quoted, a weak one
-    ``None``: ``If-Match`` never matches it)."""
+    ``None``: ``If-Match`` never matches it; refused where the ETag ``pins`` reads the
+    caller expects to be of that version). An ETag goes into a header: printable
+    ASCII only."""
     if size is not None and not is_int_at_least(size, 0):
         raise InvalidRequestError(f"size must be an int >= 0, got {size!r}", bucket=bucket, key=key)
     assert size is None or isinstance(size, int)  # for mypy: is_int_at_least said so
@@ -114,6 +120,19 @@ def check_size_and_etag(
     if not isinstance(etag, str) or not etag:
         raise InvalidRequestError(
             f"etag must be a non-empty string, got {etag!r}", bucket=bucket, key=key
+        )
+    if _ETAG.fullmatch(etag) is None:
+        raise InvalidRequestError(
+            f"etag must be printable ASCII with no spaces, got {etag[:80]!r}",
+            bucket=bucket,
+            key=key,
+        )
+    if pins and etag.startswith("W/"):
+        raise InvalidRequestError(
+            f"a weak etag ({etag}) cannot pin reads to a version: If-Match never matches "
+            "one; give a strong ETag, or none",
+            bucket=bucket,
+            key=key,
         )
     return size, normalize_etag(etag)
 

@@ -14,7 +14,7 @@ from botocore.exceptions import ClientError
 from .adaptive import Budget
 from .body_reader import SpoolTo
 from .checksums import ExpectedChecksum, from_botocore, from_headers
-from .errors import DownloadError, ObjectChangedError, client_error_status
+from .errors import DownloadError, ObjectChangedError, RangeNotSatisfiable, client_error_status
 from .get_response import (
     UNANNOUNCED_LENGTH,
     UNKNOWN_LENGTH,
@@ -49,15 +49,6 @@ class ObjectMeta:
     checksum: ExpectedChecksum | None = None
     #: The answer's HTTP headers, lower-case names (Content-Type, Last-Modified...).
     headers: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
-
-
-class RangeNotSatisfiable(Exception):
-    """A 416 answer; ``actual_size`` is S3's ``ActualObjectSize`` when it sent one."""
-
-    def __init__(self, actual_size: int | None, etag: str | None) -> None:
-        super().__init__(f"416 InvalidRange (ActualObjectSize={actual_size})")
-        self.actual_size = actual_size
-        self.etag = etag
 
 
 class S3Object:

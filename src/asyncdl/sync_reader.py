@@ -38,6 +38,8 @@ class SyncReader(io.RawIOBase):
         self._reader, self._loop = reader, loop
         self._loop_thread = threading.get_ident()
         self._pos = 0
+        #: Threads sharing the file take and move its offset one at a time.
+        self._offset_lock = threading.Lock()
 
     def readable(self) -> bool:
         """``True``."""
@@ -50,15 +52,19 @@ class SyncReader(io.RawIOBase):
     def readinto(self, buffer: WriteableBuffer) -> int:
         """Read into ``buffer`` from this file's offset; how many bytes (0 at the end)."""
         view = memoryview(buffer).cast("B")
-        data = self._wait(self._reader.read_at(self._pos, len(view)))
+        if view.readonly:  # before the read: its bytes would be lost, the offset moved
+            raise TypeError("readinto() needs a writable buffer")
+        with self._offset_lock:
+            data = self._wait(self._reader.read_at(self._pos, len(view)))
+            self._pos += len(data)
         view[: len(data)] = data
-        self._pos += len(data)
         return len(data)
 
     def readall(self) -> bytes:
         """All that is left, in one read."""
-        data = self._wait(self._reader.read_at(self._pos, -1))
-        self._pos += len(data)
+        with self._offset_lock:
+            data = self._wait(self._reader.read_at(self._pos, -1))
+            self._pos += len(data)
         return data
 
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
@@ -66,6 +72,10 @@ class SyncReader(io.RawIOBase):
         offset = operator.index(offset)  # TypeError for 1.5, as a file's seek raises
         if type(whence) is not int:
             raise TypeError(f"whence must be an int, got {whence!r}")
+        with self._offset_lock:
+            return self._seek(offset, whence)
+
+    def _seek(self, offset: int, whence: int) -> int:
         if whence == io.SEEK_SET:
             base = 0
         elif whence == io.SEEK_CUR:
