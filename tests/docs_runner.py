@@ -13,6 +13,14 @@ real deployment sets them):
   the sessions they name must exist in ``noxfile.py``;
 - ``https://downloads.example.com/`` in an example stands for a plain web server and is
   served from the bucket;
+- a ``text`` block that directly follows a block that ran (nothing but blank lines
+  between them) is that block's output, and must be what it printed: a python block's
+  stdout, an sh block's stdout and stderr as one terminal shows them. In it, a line of
+  ``...`` stands for any lines and ``...`` inside a line for any text of that line;
+  ```` ```text {.unordered}```` (an HTML class: the reader sees nothing) takes the
+  lines in any order, for work that prints as it finishes. ``_check_output`` says
+  the rest. A ``text`` block after prose (a formula, a sample file) is not compared,
+  nor is a ``console`` block (a shell session shown, not run);
 - then ``tests/docs_checks/<page>.py``, when there is one, checks what the page did: its
   ``check(namespace)`` is awaited with the page's namespace;
 - a task that fails where nobody awaits it fails the page.
@@ -27,8 +35,10 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import contextlib
 import importlib
 import inspect
+import io
 import os
 import re
 import subprocess
@@ -36,14 +46,14 @@ import sys
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Blocks in these languages run; the others are output, configuration or diagrams.
 RUN = {"python", "sh"}
 #: Every language a block may name: a block in another (``py``, ``bash``, ``pycon``)
 #: would be neither run nor obviously output, so it is refused.
-KNOWN = RUN | {"text", "toml", "yaml", "json", "mermaid", "http", "ini"}
+KNOWN = RUN | {"text", "console", "toml", "yaml", "json", "mermaid", "http", "ini"}
 
 _FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^`]*)$")
 _PIP = re.compile(r"^\s*(?:python3? -m )?pip install (?P<args>.*)$")
@@ -56,11 +66,17 @@ _NOX = re.compile(
 #: would really run (the suite inside itself, or an install into the test environment).
 _INSTALLS_OR_NOX = re.compile(r"\bnox\b|\bpip[x3]?\b.*\binstall\b|\buv\b")
 _COMMENT = re.compile(r"<!--.*?-->", re.S)
+#: The classes of a fence's attribute list, ``{.unordered}`` in ```` ```text {.unordered}````
+#: (superfences renders them as the block's HTML classes: the reader sees nothing).
+_CLASSES = re.compile(r"\{(?P<attrs>[^}]*)\}\s*$")
+#: A shown line that is only this stands for any lines; inside a line, for any text.
+ANY = "..."
 #: pymdownx.snippets' include line, as mkdocs.yml configures it (paths from the root).
 _SNIPPET = re.compile(r'^[ \t]*--8<--[ \t]+"(?P<path>[^"]+)"[ \t]*$', re.M)
 
 
-#: The namespace's name for what each sh block printed (stdout, then stderr), in order.
+#: The namespace's name for what each sh block printed (stdout and stderr as written), in
+#: order.
 SH_OUTPUT = "__sh_output__"
 
 
@@ -69,6 +85,10 @@ class Block:
     lang: str
     code: str
     line: int  # the fence's line number, 1-based
+    #: Nothing but blank lines between this block and the one before it.
+    follows: bool = False
+    #: The classes of the fence's attribute list: ``("unordered",)``.
+    classes: tuple[str, ...] = ()
 
 
 def source(page: Path) -> str:
@@ -86,6 +106,7 @@ def blocks(text: str) -> list[Block]:
     found: list[Block] = []
     lines = text.splitlines()
     i = 0
+    previous_end: int | None = None  # the line index of the last block's closing fence
     while i < len(lines):
         opening = _FENCE.match(lines[i])
         if opening is None:
@@ -93,6 +114,11 @@ def blocks(text: str) -> list[Block]:
             continue
         indent, fence = opening["indent"], opening["fence"]
         lang = opening["info"].split(" ", 1)[0].strip()
+        attrs = _CLASSES.search(opening["info"])
+        classes = () if attrs is None else _classes(attrs["attrs"])
+        follows = previous_end is not None and all(
+            not line.strip() for line in lines[previous_end + 1 : i]
+        )
         body: list[str] = []
         j = i + 1
         while j < len(lines):
@@ -107,9 +133,14 @@ def blocks(text: str) -> list[Block]:
             line = lines[j]
             body.append(line[len(indent) :] if line.startswith(indent) else line.lstrip())
             j += 1
-        found.append(Block(lang, "\n".join(body) + "\n", i + 1))
+        found.append(Block(lang, "\n".join(body) + "\n", i + 1, follows, classes))
+        previous_end = j
         i = j + 1
     return found
+
+
+def _classes(attrs: str) -> tuple[str, ...]:
+    return tuple(word[1:] for word in attrs.split() if word.startswith(".") and len(word) > 1)
 
 
 def docstring_blocks(path: Path) -> list[tuple[str, list[Block]]]:
@@ -185,31 +216,108 @@ def _shell(code: str, where: str) -> str:
 def _run_blocks(
     found: list[Block], where: str, namespace: dict[str, Any], loop: asyncio.AbstractEventLoop
 ) -> None:
+    printed: str | None = None  # what the block before printed, if it ran
     for block in found:
         here = f"{where}:{block.line}"
         if block.lang not in KNOWN:
             raise SystemExit(f"{here}: a block in {block.lang!r}: use one of {sorted(KNOWN)}")
+        if block.lang == "text" and block.follows and printed is not None:
+            _check_output(printed, block.code, here, unordered="unordered" in block.classes)
+        printed = None
         if block.lang == "python":
             code = compile(
                 _web_server(block.code), here, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
             )
-            result = eval(code, namespace)  # the page's own example
-            if inspect.isawaitable(result):
-                loop.run_until_complete(result)
+            out = io.StringIO()
+            with contextlib.redirect_stdout(_Tee(out, sys.stdout)):
+                result = eval(code, namespace)  # the page's own example
+                if inspect.isawaitable(result):
+                    loop.run_until_complete(result)
+            printed = out.getvalue()
         elif block.lang == "sh":
             script = _web_server(_shell(block.code, here))
             done = subprocess.run(
                 ["bash", "-euo", "pipefail", "-c", script],
-                capture_output=True,
+                # One stream, in the order it was written, as a terminal shows it; and
+                # Python's stdout written as it goes, as on a terminal, not at exit.
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
                 text=True,
                 check=False,
             )
             sys.stdout.write(done.stdout)
-            sys.stderr.write(done.stderr)
+            printed = done.stdout
             # What the page's check reads to see the commands did what the page says.
-            namespace.setdefault(SH_OUTPUT, []).append(done.stdout + done.stderr)
+            namespace.setdefault(SH_OUTPUT, []).append(done.stdout)
             if done.returncode != 0:
                 raise SystemExit(f"{here}: the sh block exited {done.returncode}")
+
+
+class _Tee(io.TextIOBase):
+    """Writes to both: the output a page shows is compared, and still seen."""
+
+    def __init__(self, *streams: TextIO) -> None:
+        self._streams = streams
+
+    def write(self, text: str) -> int:
+        for stream in self._streams:
+            stream.write(text)
+        return len(text)
+
+
+def _check_output(printed: str, shown: str, where: str, *, unordered: bool = False) -> None:
+    """``shown`` (a page's ``text`` block) is what was ``printed``, line for line, as a
+    reader on AWS would see it (see ``on_screen``). A line of ``...`` stands for any
+    lines, none included; ``...`` inside a line for any text in that line (a timing, an
+    age). ``unordered`` (the fence ```` ```text {.unordered}````, for concurrent work
+    that prints as it finishes): the same lines, each as many times, in any order, no
+    ``...``."""
+    got = on_screen(printed)
+    want = [line.rstrip() for line in shown.rstrip("\n").split("\n")]
+    if unordered:
+        if any(ANY in line for line in want):
+            raise SystemExit(f"{where}: an unordered block cannot hold {ANY!r}")
+        same = sorted(got) == sorted(want)
+    else:
+        same = _matches(got, want)
+    if not same:
+        raise SystemExit(
+            f"{where}: the page shows\n" + "\n".join(want) + "\nbut it printed\n" + "\n".join(got)
+        )
+
+
+def on_screen(printed: str) -> list[str]:
+    """The lines a terminal shows for ``printed``: a carriage return starts its line
+    over (a progress counter shows its last value), trailing blanks are not seen, and
+    the test endpoint's URLs are shown as on AWS (``http://127.0.0.1:PORT/BUCKET/KEY``
+    is ``https://BUCKET.s3.amazonaws.com/KEY``, the form boto3 presigns on AWS)."""
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3", "").rstrip("/")
+    if endpoint:
+        printed = re.sub(
+            re.escape(endpoint) + r"/(?P<bucket>[a-z0-9][a-z0-9.-]+)/",
+            r"https://\g<bucket>.s3.amazonaws.com/",
+            printed,
+        )
+    lines = []
+    for line in printed.rstrip("\n").split("\n"):
+        screen = ""
+        for overwrite in line.split("\r"):
+            screen = overwrite + screen[len(overwrite) :]
+        lines.append(screen.rstrip())
+    return lines
+
+
+def _matches(got: list[str], want: list[str]) -> bool:
+    """Whether the lines ``got`` are the lines ``want``, with their ``...``."""
+    reached = {0}  # how many of ``got`` the lines of ``want`` so far can stand for
+    for line in want:
+        if line == ANY:
+            reached = set(range(min(reached), len(got) + 1)) if reached else set()
+            continue
+        pattern = re.compile(".*?".join(re.escape(part) for part in line.split(ANY)))
+        reached = {n + 1 for n in reached if n < len(got) and pattern.fullmatch(got[n])}
+    return len(got) in reached
 
 
 def _failing_loop() -> tuple[asyncio.AbstractEventLoop, list[str]]:
