@@ -183,6 +183,7 @@ def bench(session: nox.Session) -> None:
         ["bandwidth"],
         ["throttle"],
         ["ranges"],
+        ["listing"],
     ):
         script, args = f"benchmarks/{args[0]}.py", args[1:]
     session.run("python", script, *args)
