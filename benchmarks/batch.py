@@ -6,12 +6,15 @@ downloads them all with each client through asyncdl's test proxy, which adds
 client runs in its own subprocess so its CPU time and peak RSS are its own; requests
 are counted at the proxy; every file is checked (size and MD5) against what was
 seeded. Medians over ``--runs`` are printed as a table, with ratios against
-asyncdl-get-first, and optionally written as JSON. The clients are in ``peers.py``,
+asyncdl-get-first, and optionally written as JSON. ``--loop uvloop`` (or ``both``) runs
+the clients on uvloop too, one row per client and loop (``obstore@uvloop``), each
+loop's rows against the baseline on the same loop. The clients are in ``peers.py``,
 the servers and the seeding in ``servers.py``.
 
     python benchmarks/batch.py --objects 1000 --size 1KiB --concurrency 10 --rtt-ms 20
     python benchmarks/batch.py --objects 1 --size 512MiB --multipart 16MiB --server fast-moto
     nox -s bench -- --server s3rver --objects 1 --size 512MiB --rtt-ms 0 --conn-mbps 40
+    nox -s bench -- --server s3rver --loop both --clients asyncdl-get-first,obstore
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hashlib
+import importlib.util
 import json
 import math
 import os
@@ -35,7 +39,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from peers import CLIENTS, Job, MiB, file_name, run_worker
+from peers import CLIENTS, LOOPS, NO_LOOP, Job, MiB, file_name, run_worker
 from report import notes, print_report, summarize
 from servers import (
     CHECKSUMS,
@@ -70,8 +74,45 @@ def parse_clients(text: str) -> list[str]:
 
 def worker_main(args: argparse.Namespace) -> None:
     """Run one client and print one JSON line: its times, peak RSS and errors."""
-    job = Job(args.endpoint_url, args.bucket, args.objects, args.concurrency, Path(args.dest))
+    where = Path(args.dest)
+    job = Job(args.endpoint_url, args.bucket, args.objects, args.concurrency, where, args.loop)
     print(json.dumps(run_worker(args.worker, job)))
+
+
+def loops_of(choice: str) -> tuple[str, ...]:
+    return LOOPS if choice == "both" else (choice,)
+
+
+def rows(clients: list[str], loops: tuple[str, ...]) -> list[tuple[str, str]]:
+    """Each client on each loop, side by side; once for a client on no loop of ours."""
+    found: list[tuple[str, str]] = []
+    for client in clients:
+        found += [(client, loops[0])] if client in NO_LOOP else [(client, loop) for loop in loops]
+    return found
+
+
+def in_turn(pairs: list[tuple[str, str]], run: int) -> list[tuple[str, str]]:
+    """The pairs in the order of this run: a client's loops take turns going first.
+
+    A run right after another client's cost more CPU here than one right after the same
+    client's (512 MiB: benchmarks/README.md, uvloop), so the loop that always went first
+    looked slower."""
+    if run % 2 == 0:
+        return pairs
+    ordered: list[tuple[str, str]] = []
+    for client in dict.fromkeys(client for client, _ in pairs):
+        ordered += reversed([pair for pair in pairs if pair[0] == client])
+    return ordered
+
+
+def row_name(client: str, loop: str) -> str:
+    """``obstore`` on asyncio's loop (the names the tables have always had), ``obstore@uvloop``."""
+    return client if loop == "asyncio" or client in NO_LOOP else f"{client}@{loop}"
+
+
+def yardsticks(pairs: list[tuple[str, str]], baseline: str) -> dict[str, str]:
+    """The row each row's ratios are against: the baseline on the same loop."""
+    return {row_name(client, loop): row_name(baseline, loop) for client, loop in pairs}
 
 
 # -- the orchestrator: server, proxy, seeding, one subprocess per client and run --------
@@ -97,6 +138,7 @@ def verify(dest: Path, digests: list[str], size: int) -> list[str]:
 
 def run_client(
     client: str,
+    loop: str,
     args: argparse.Namespace,
     proxy: Any,
     server: Server | None,
@@ -104,11 +146,13 @@ def run_client(
     bucket: str,
     digests: list[str],
 ) -> dict[str, Any]:
-    """One client, one run, in a fresh subprocess; the proxy counts its requests."""
-    dest = Path(tempfile.mkdtemp(prefix=f"bench-{client}-", dir=args.dest))
+    """One client on one loop, one run, in a fresh subprocess; the proxy counts its
+    requests."""
+    name = row_name(client, loop)
+    dest = Path(tempfile.mkdtemp(prefix=f"bench-{name}-", dir=args.dest))
     url = args.direct or proxy.url
     command = [sys.executable, __file__, "--worker", client, "--endpoint-url", url]
-    command += ["--bucket", bucket, "--objects", str(args.objects)]
+    command += ["--bucket", bucket, "--objects", str(args.objects), "--loop", loop]
     command += ["--concurrency", str(args.concurrency), "--dest", str(dest)]
     try:
         proxy.reset_stats()
@@ -120,7 +164,9 @@ def run_client(
         server_cpu += _server_cpu(server)
         requests = proxy.requests
         if done.returncode != 0:
-            return {"client": client, "failed": done.stderr.strip()[-2000:]}
+            # A worker killed by a signal (a negative status) says nothing on stderr.
+            said = f"exit status {done.returncode}\n{done.stderr.strip()[-2000:]}"
+            return {"client": name, "loop": loop, "failed": said}
         report = json.loads(done.stdout.strip().splitlines()[-1])
         problems = verify(dest, digests, args.size)
     finally:
@@ -128,7 +174,8 @@ def run_client(
     n, wall = args.objects, report["wall_s"]
     verified = report.get("verified")
     return {
-        "client": client,
+        "client": name,
+        "loop": loop,
         "wall_s": wall,
         "objects_per_s": n / wall,
         "cpu_ms_per_object": report["cpu_s"] * 1000 / n,
@@ -194,7 +241,8 @@ def _git(command: list[str]) -> str:
 
 
 def main_bench(args: argparse.Namespace) -> int:
-    clients = args.clients or list(CLIENTS)
+    pairs = rows(args.clients or list(CLIENTS), loops_of(args.loop))
+    clients = [row_name(*pair) for pair in pairs]
     source = asyncdl_source()  # before the runs: src/ may be edited while they go on
     runs: list[dict[str, Any]] = []
     with ExitStack() as stack:
@@ -222,14 +270,17 @@ def main_bench(args: argparse.Namespace) -> int:
             f"asyncdl at {source}"
         )
         for run in range(args.runs):
-            for client in clients:
-                result = run_client(client, args, proxy, server, bucket=bucket, digests=digests)
+            for client, loop in in_turn(pairs, run):
+                result = run_client(
+                    client, loop, args, proxy, server, bucket=bucket, digests=digests
+                )
                 runs.append({"run": run + 1, **result})
                 wall = f"{result['wall_s']:.2f}s" if "wall_s" in result else "FAILED"
-                print(f"run {run + 1}/{args.runs} {client:<26} {wall}", flush=True)
+                print(f"run {run + 1}/{args.runs} {result['client']:<26} {wall}", flush=True)
         if args.endpoint_url is not None:
             asyncio.run(delete_bucket(endpoint, bucket, args.objects))
-    summary = summarize(runs, clients, args.baseline)
+    against = yardsticks(pairs, args.baseline)
+    summary = summarize(runs, clients, against)
     found = notes(summary, runs, args)
     print_report(summary, args, found)
     if args.json:
@@ -244,7 +295,8 @@ def main_bench(args: argparse.Namespace) -> int:
         document["versions"] = versions()
         document["asyncdl_source"] = source
         document["stored_checksum"] = stored
-        document |= {**summary, "ratios_against": args.baseline, "notes": found, "runs": runs}
+        document |= {**summary, "ratios_against": args.baseline, "yardsticks": against}
+        document |= {"notes": found, "runs": runs}
         Path(args.json).write_text(json.dumps(document, indent=2, default=str) + "\n")
         print(f"\nwrote {args.json}")
     return 1 if any("failed" in r or r["bad_files"] or r["client_errors"] for r in runs) else 0
@@ -276,6 +328,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "or s3rver (npm; installed on first use when node is present; stores no checksums)",
     )
     parser.add_argument("--clients", type=parse_clients, help=f"comma list (all): {CLIENTS}")
+    parser.add_argument(
+        "--loop",
+        choices=(*LOOPS, "both"),
+        default="asyncio",
+        help="the event loop the clients run on (asyncio); both: a row per client and loop",
+    )
     parser.add_argument("--runs", type=int, default=3, help="runs per client; medians (3)")
     parser.add_argument(
         "--baseline",
@@ -319,6 +377,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--direct has no proxy: give --rtt-ms 0 and no --conn-mbps")
     if args.conn_mbps is not None and not args.conn_mbps > 0:
         parser.error("--conn-mbps must be a positive number of MiB/s")
+    if args.loop != "asyncio" and importlib.util.find_spec("uvloop") is None:
+        parser.error(f"--loop {args.loop} needs uvloop (the bench extra installs it)")
     if args.checksum_type is None:
         args.checksum_type = "FULL_OBJECT" if args.checksum == "CRC64NVME" else "COMPOSITE"
     return args

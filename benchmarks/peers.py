@@ -7,6 +7,10 @@ metered whole, imports and start-up included, from the child's own rusage.
 
 Client libraries are imported inside the functions that use them (hence the
 ``noqa: PLC0415``): a worker loads only its own client, so its RSS is its own.
+
+A client on an event loop runs on the Job's ``loop``: asyncio's own or uvloop's (the
+asyncdl command is told which through ``ASYNCDL_LOOP``). The clients in ``NO_LOOP``
+run no loop the benchmark chooses.
 """
 
 from __future__ import annotations
@@ -21,16 +25,19 @@ import sys
 import sysconfig
 import tempfile
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Coroutine, Iterable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 MiB = 1024 * 1024
 PREFIX = "bench/"
 # Peers write files with aiofiles in 1 MiB pieces, as asyncdl does (its write_size).
 _WRITE_SIZE = MiB
+#: The event loops a client can run on.
+LOOPS = ("asyncio", "uvloop")
+_T = TypeVar("_T")
 
 
 def key_name(index: int) -> str:
@@ -50,9 +57,22 @@ class Job:
     objects: int
     concurrency: int
     dest: Path
+    loop: str = "asyncio"
 
     def items(self) -> Iterator[tuple[str, str, Path]]:
         return ((self.bucket, key_name(i), self.dest / file_name(i)) for i in range(self.objects))
+
+
+def on_loop(job: Job, main: Coroutine[Any, Any, _T]) -> _T:
+    """Run ``main`` to the end on the Job's event loop."""
+    factory: Callable[[], asyncio.AbstractEventLoop] | None = None
+    if job.loop == "uvloop":
+        # Imported before the clock starts, as the clients' libraries are.
+        import uvloop  # noqa: PLC0415
+
+        factory = uvloop.new_event_loop
+    with asyncio.Runner(loop_factory=factory) as runner:
+        return runner.run(main)
 
 
 def process_cpu() -> float:
@@ -285,7 +305,10 @@ def run_command(job: Job, meter: Meter, command: Callable[[Job], list[str]]) -> 
     # The commands print a line per object as they go (their users see that cost too).
     with tempfile.TemporaryFile() as stderr:
         started = time.perf_counter()
-        child = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=stderr)
+        # The asyncdl command picks uvloop whenever it is installed: told, it runs the
+        # Job's loop, as the library clients do (the other commands ignore it).
+        env = {**os.environ, "ASYNCDL_LOOP": job.loop}
+        child = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=stderr, env=env)
         _, status, usage = os.wait4(child.pid, 0)
         meter.wall = time.perf_counter() - started
         child.returncode = os.waitstatus_to_exitcode(status)
@@ -300,37 +323,40 @@ def run_command(job: Job, meter: Meter, command: Callable[[Job], list[str]]) -> 
 
 
 RUNNERS: dict[str, Callable[[Job, Meter], list[str]]] = {
-    "asyncdl-get-first": lambda job, m: asyncio.run(run_asyncdl(job, m, "get-first")),
-    "asyncdl-head-first": lambda job, m: asyncio.run(run_asyncdl(job, m, "head-first")),
+    "asyncdl-get-first": lambda job, m: on_loop(job, run_asyncdl(job, m, "get-first")),
+    "asyncdl-head-first": lambda job, m: on_loop(job, run_asyncdl(job, m, "head-first")),
     # The validation modes side by side: listing metadata
     # lets small objects be verified in their one GET; "required" makes GET-first send
     # a HEAD alongside; "-off" turns checking off.
-    "asyncdl-prefix": lambda job, m: asyncio.run(run_asyncdl(job, m, "auto", prefix=True)),
-    "asyncdl-listed": lambda job, m: asyncio.run(run_asyncdl(job, m, "auto", listed=True)),
-    "asyncdl-prefix-off": lambda job, m: asyncio.run(
-        run_asyncdl(job, m, "auto", validate="off", prefix=True)
+    "asyncdl-prefix": lambda job, m: on_loop(job, run_asyncdl(job, m, "auto", prefix=True)),
+    "asyncdl-listed": lambda job, m: on_loop(job, run_asyncdl(job, m, "auto", listed=True)),
+    "asyncdl-prefix-off": lambda job, m: on_loop(
+        job, run_asyncdl(job, m, "auto", validate="off", prefix=True)
     ),
-    "asyncdl-get-first-required": lambda job, m: asyncio.run(
-        run_asyncdl(job, m, "get-first", validate="required")
+    "asyncdl-get-first-required": lambda job, m: on_loop(
+        job, run_asyncdl(job, m, "get-first", validate="required")
     ),
-    "asyncdl-head-first-off": lambda job, m: asyncio.run(
-        run_asyncdl(job, m, "head-first", validate="off")
+    "asyncdl-head-first-off": lambda job, m: on_loop(
+        job, run_asyncdl(job, m, "head-first", validate="off")
     ),
-    "asyncdl-get-first-off": lambda job, m: asyncio.run(
-        run_asyncdl(job, m, "get-first", validate="off")
+    "asyncdl-get-first-off": lambda job, m: on_loop(
+        job, run_asyncdl(job, m, "get-first", validate="off")
     ),
     "asyncdl-cli": partial(run_command, command=asyncdl_cli_command),
     "s3transfer-default": partial(run_s3transfer, no_head=False),
     "s3transfer-no-head": partial(run_s3transfer, no_head=True),
-    "aiobotocore-loop": lambda job, m: asyncio.run(run_aiobotocore(job, m, stream=False)),
-    "plain-get": lambda job, m: asyncio.run(run_aiobotocore(job, m, stream=True)),
-    "obstore": lambda job, m: asyncio.run(run_obstore(job, m)),
+    "aiobotocore-loop": lambda job, m: on_loop(job, run_aiobotocore(job, m, stream=False)),
+    "plain-get": lambda job, m: on_loop(job, run_aiobotocore(job, m, stream=True)),
+    "obstore": lambda job, m: on_loop(job, run_obstore(job, m)),
     "s5cmd": partial(run_command, command=s5cmd_command),
     "aiobotocore-cp": partial(run_command, command=aiobotocore_cp_command),
 }
 CLIENTS = tuple(RUNNERS)
 #: Whole commands: their figures include start-up (imports, the Go runtime).
 COMMANDS = ("asyncdl-cli", "s5cmd", "aiobotocore-cp")
+#: Clients on no event loop the benchmark chooses: s3transfer's threads, s5cmd's Go
+#: runtime, and aiobotocore_cp.py's own asyncio.run. One row each, whatever ``--loop``.
+NO_LOOP = ("s3transfer-default", "s3transfer-no-head", "s5cmd", "aiobotocore-cp")
 
 
 def peak_rss_kib() -> int:

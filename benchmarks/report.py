@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 import math
 import statistics
+from collections.abc import Mapping
 from importlib import metadata
 from typing import Any
 
-from peers import COMMANDS, MiB
+from peers import COMMANDS, NO_LOOP, MiB
 
 METRICS = (
     "wall_s",
@@ -26,8 +27,11 @@ METRICS = (
 )
 
 
-def summarize(runs: list[dict[str, Any]], clients: list[str], baseline: str) -> dict[str, Any]:
-    """The median of each metric per client, and ratios against the baseline."""
+def summarize(
+    runs: list[dict[str, Any]], clients: list[str], yardsticks: Mapping[str, str]
+) -> dict[str, Any]:
+    """The median of each metric per client, and ratios against each one's yardstick
+    (the baseline client on the same event loop)."""
     medians: dict[str, dict[str, float]] = {}
     for client in clients:
         good = [r for r in runs if r["client"] == client and "failed" not in r]
@@ -36,9 +40,9 @@ def summarize(runs: list[dict[str, Any]], clients: list[str], baseline: str) -> 
             medians[client]["bad_files"] = sum(r["bad_files"] + r["client_errors"] for r in good)
             medians[client]["runs"] = len(good)
     ratios = {}
-    if baseline in medians:
-        base = medians[baseline]
-        for client, row in medians.items():
+    for client, row in medians.items():
+        base = medians.get(yardsticks.get(client, ""))
+        if base is not None:
             ratios[client] = {
                 "wall": row["wall_s"] / base["wall_s"],
                 "cpu": row["cpu_ms_per_object"] / base["cpu_ms_per_object"],
@@ -65,12 +69,24 @@ def notes(
                 f"s3transfer {version} sent no HEAD with response_checksum_validation="
                 "'when_required' (counted at the proxy): it has the no-HEAD path."
             )
-    commands = [name for name in COMMANDS if name in summary["median"]]
+    commands = [name for name in summary["median"] if name.split("@")[0] in COMMANDS]
     if commands:
         found.append(
             f"{', '.join(commands)}: whole commands, metered from start to exit (imports, "
             "listing, start-up included) by the child's rusage; RSS is its ru_maxrss."
         )
+    if args.loop != "asyncio":
+        loopless = [name for name in NO_LOOP if name in summary["median"]]
+        if loopless:
+            found.append(
+                f"{', '.join(loopless)}: no event loop of the benchmark's choosing (threads, "
+                "Go, or a command's own asyncio.run): one row each, whatever --loop."
+            )
+        if any(name.startswith("obstore") for name in summary["median"]):
+            found.append(
+                "obstore: its requests run on its own Rust (tokio) runtime; the loop carries "
+                "the wake-ups of its futures and stream, and aiofiles' thread hops."
+            )
     if "s3rver" in args.server_name:
         found.append(
             "s3rver stores no checksums (none on HEAD or GET, whatever ChecksumMode): "
@@ -86,8 +102,9 @@ def notes(
 
 def print_report(summary: dict[str, Any], args: argparse.Namespace, found: list[str]) -> None:
     large = args.size >= MiB
+    width = max([26, *map(len, summary["median"])])
     header = (
-        f"{'client':<26} {'wall s':>8} {'obj/s':>8} {'CPU ms/obj':>10} {'GET/obj':>7} "
+        f"{'client':<{width}} {'wall s':>8} {'obj/s':>8} {'CPU ms/obj':>10} {'GET/obj':>7} "
         f"{'HEAD/obj':>8} {'verified':>8} {'RSS MiB':>7} {'in flight':>9} {'srv CPU ms/obj':>14}"
         + (f" {'MiB/s':>7} {'CPU s/GiB':>9}" if large else "")
         + (f" {'part GET/obj':>12}" if args.multipart else "")
@@ -108,7 +125,7 @@ def print_report(summary: dict[str, Any], args: argparse.Namespace, found: list[
         verified = row["verified_per_object"]
         said = "?" if math.isnan(verified) else f"{verified:.2f}"  # NaN: not said
         line = (
-            f"{client:<26} {row['wall_s']:>8.2f} {rate:>8.{1 if rate >= 10 else 3}f} "
+            f"{client:<{width}} {row['wall_s']:>8.2f} {rate:>8.{1 if rate >= 10 else 3}f} "
             f"{row['cpu_ms_per_object']:>10.3f} {row['get_per_object']:>7.2f} "
             f"{row['head_per_object']:>8.2f} {said:>8} "
             f"{row['peak_rss_mib']:>7.1f} "
@@ -117,8 +134,9 @@ def print_report(summary: dict[str, Any], args: argparse.Namespace, found: list[
         line += f" {row['mib_per_s']:>7.1f} {row['cpu_s_per_gib']:>9.3f}" if large else ""
         print(line + (f" {row['part_gets_per_object']:>12.2f}" if args.multipart else ""))
     if summary["ratios"]:
-        print(f"\nagainst {args.baseline} (>1: slower / more CPU)")
+        same = ", each loop's rows against it on their loop" if args.loop != "asyncio" else ""
+        print(f"\nagainst {args.baseline}{same} (>1: slower / more CPU)")
         for client, ratio in summary["ratios"].items():
-            print(f"{client:<26} wall x{ratio['wall']:.2f}  CPU x{ratio['cpu']:.2f}")
+            print(f"{client:<{width}} wall x{ratio['wall']:.2f}  CPU x{ratio['cpu']:.2f}")
     for note in found:
         print(f"\nNOTE: {note}")
