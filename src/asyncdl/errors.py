@@ -165,6 +165,10 @@ class RangeNotSatisfiable(Exception):
         self.etag = etag
 
 
+#: The most of a transport failure's own text a message shows.
+_MOST_CAUSE = 300
+
+
 def translate(exc: BaseException, *, bucket: str, key: str, attempts: int = 1) -> DownloadError:
     """Map any failure of a request to the :class:`DownloadError` a user can act on."""
     if isinstance(exc, DownloadError):
@@ -204,6 +208,8 @@ def translate(exc: BaseException, *, bucket: str, key: str, attempts: int = 1) -
         return InvalidRequestError(f"invalid request parameters: {exc}", **where)
     if isinstance(exc, (RetryableError, *_transport_errors())):
         cause = str(exc) or type(exc).__name__
+        if len(cause) > _MOST_CAUSE:  # aiohttp quotes what it could not parse: any bytes
+            cause = cause[: _MOST_CAUSE - 3] + "..."
         return DownloadError(f"transfer failed{tried}: {cause}", **where)
     if isinstance(exc, OSError):
         return DownloadError(f"local file error: {exc}", **where)
