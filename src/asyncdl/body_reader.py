@@ -27,74 +27,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
 import tempfile
 from dataclasses import dataclass
 from typing import IO, Any
 
 import aiohttp
+from aiobotocore.response import AioStreamingBody
 
 from .bandwidth import TokenBucket
 from .errors import RetryableError
 from .progress import Reporter
 
 
-class AiohttpBody:
-    """An aiohttp answer's body, read as aiobotocore's ``AioStreamingBody`` reads one
-    (the length checked at its end, failures raised as botocore's), without loading
-    botocore: a URL download's. botocore is imported only to raise."""
-
-    __slots__ = ("_amount_read", "_content_length", "_raw_stream")
-
-    def __init__(self, raw_stream: aiohttp.ClientResponse, content_length: int | None) -> None:
-        self._raw_stream = raw_stream
-        self._content_length = content_length
-        self._amount_read = 0
-
-    async def read(self, amt: int | None = None) -> bytes:
-        try:
-            chunk = await self._raw_stream.content.read(amt if amt is not None else -1)
-        except TimeoutError as exc:
-            from aiobotocore.response import AioReadTimeoutError  # noqa: PLC0415 - see above
-
-            raise AioReadTimeoutError(endpoint_url=self._raw_stream.url, error=exc)  # noqa: B904
-        except aiohttp.ClientConnectionError as exc:
-            from botocore.exceptions import ResponseStreamingError  # noqa: PLC0415
-
-            raise ResponseStreamingError(error=exc)  # noqa: B904 - as aiobotocore raises it
-        self._amount_read += len(chunk)
-        if amt is None or (not chunk and amt > 0):
-            self._verify_content_length()
-        return chunk
-
-    def _verify_content_length(self) -> None:
-        if self._content_length is not None and self._amount_read != self._content_length:
-            from botocore.exceptions import IncompleteReadError  # noqa: PLC0415 - see above
-
-            raise IncompleteReadError(
-                actual_bytes=self._amount_read, expected_bytes=self._content_length
-            )
-
-    def close(self) -> None:
-        self._raw_stream.close()
-
-
-def _plain_body(body: Any) -> bool:
-    """A body that does no work on its reads: asyncdl's, or aiobotocore's own class
-    (not a subclass: botocore's checksum check, for a client that validates responses
-    itself, would be skipped). aiobotocore's is looked up, not imported: a body of it
-    exists only once it is loaded."""
-    kind = type(body)
-    if kind is AiohttpBody:
-        return True
-    response = sys.modules.get("aiobotocore.response")
-    return response is not None and kind is response.AioStreamingBody
-
-
 def _stream_of(body: Any) -> aiohttp.StreamReader | None:
-    """The aiohttp stream under a plain body (see :func:`_plain_body`), or ``None``
-    for any other body."""
-    if not _plain_body(body):
+    """The aiohttp stream under a plain aiobotocore body, or ``None`` for any other
+    body: a subclass does work on its reads (botocore's checksum check, for a client
+    that validates responses itself) that reading past it would skip."""
+    if type(body) is not AioStreamingBody:
         return None
     raw = getattr(body, "_raw_stream", None)
     if not isinstance(raw, aiohttp.ClientResponse):

@@ -8,6 +8,9 @@ from collections.abc import Mapping
 from contextlib import AsyncExitStack
 from typing import Any
 
+from aiobotocore.config import AioConfig
+from aiobotocore.session import get_session
+
 from .adaptive import SLOT, Budget
 from .config import TransferConfig
 from .stats import NETWORK_ERROR, OK, THROTTLED, Counters, answer_outcome
@@ -31,10 +34,6 @@ async def create_default_client(
     the CPU of parsing a 1000-key listing page, for a value asyncdl never reads. Only
     for a client nobody else sees (the command's): others expect datetimes.
     """
-    # Here, not at the top: an engine that only fetches URLs never loads botocore.
-    from aiobotocore.config import AioConfig  # noqa: PLC0415
-    from aiobotocore.session import get_session  # noqa: PLC0415
-
     client_config = AioConfig(
         max_pool_connections=pool_size(config),
         # The engine decides what it validates; botocore's default would ask every

@@ -9,14 +9,12 @@ reaches back up to it.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
-from aiohttp.helpers import get_env_proxy_for_url
-from yarl import URL
+from aiobotocore.httpsession import AIOHTTPSession
 
 from .adaptive import Budget
 from .bandwidth import TokenBucket
@@ -116,23 +114,15 @@ class Context:
         proxies, TLS settings and timeouts), or the engine's when it has none to lend."""
         route = None
         http_session = getattr(getattr(self.client, "_endpoint", None), "http_session", None)
-        if http_session is not None:  # a client's: aiobotocore is loaded
-            from aiobotocore.httpsession import AIOHTTPSession  # noqa: PLC0415
-
-            if isinstance(http_session, AIOHTTPSession):
-                route = await route_for(http_session, url)
+        if isinstance(http_session, AIOHTTPSession):
+            route = await route_for(http_session, url)
         if route is None:
-            proxy = await asyncio.to_thread(_proxy_from_env, url)
-            route = Route(self._own_session(), proxy, {})
+            route = Route(self._own_session(), None, {})
         return route
 
     def _own_session(self) -> aiohttp.ClientSession:
         """A session for a client that has none to lend (another HTTP backend), set up
-        as the default client's: the pool, the timeouts (proxies: :func:`_proxy_from_env`).
-
-        Not ``trust_env``: aiohttp would then send ``~/.netrc``'s login for the URL's host
-        with every request (a presigned URL carries its own credential; no other is sent),
-        and look it and the proxy up in a thread per request."""
+        as the default client's: the pool, the timeouts, proxies from the environment."""
         if self._url_session is None:
             config = self.config
             self._url_session = aiohttp.ClientSession(
@@ -141,6 +131,7 @@ class Context:
                     sock_connect=config.connect_timeout, sock_read=config.read_timeout
                 ),
                 auto_decompress=False,
+                trust_env=True,
             )
         return self._url_session
 
@@ -149,16 +140,3 @@ class Context:
         if self._url_session is not None:
             session, self._url_session = self._url_session, None
             await session.close()
-
-
-def _proxy_from_env(url: str) -> str | None:
-    """The proxy the environment names for ``url`` (``HTTPS_PROXY``, ``NO_PROXY``, ...),
-    its login in it, as aiohttp's ``trust_env`` finds them (file reads: in a thread,
-    once per download)."""
-    try:
-        proxy, login = get_env_proxy_for_url(URL(url))
-    except LookupError:
-        return None
-    if login is not None:
-        proxy = proxy.with_user(login.login).with_password(login.password)
-    return str(proxy)

@@ -8,10 +8,10 @@ carrying ``bucket`` and ``key``; botocore and aiohttp exceptions stay behind
 from __future__ import annotations
 
 import asyncio
-import sys
 from typing import Any
 
 import aiohttp
+from botocore import exceptions as botocore_errors
 
 
 def source_name(bucket: str, key: str) -> str:
@@ -80,25 +80,6 @@ class RetryableError(Exception):
     """Internal: a failure worth another attempt (never escapes the engine)."""
 
 
-class _NeverRaised(Exception):
-    """Stands in for a botocore class while botocore is not loaded (nothing raises it)."""
-
-
-class _LoadedBotocore:
-    """botocore's exception classes by name, for ``isinstance`` and ``except``, without
-    importing botocore: a process that only fetches URLs never loads it (a third of the
-    command's start-up), and an instance of one of its classes can exist only once its
-    module is loaded. Until then each name is a class nothing raises. Never for
-    ``raise``: that imports ``botocore.exceptions`` itself."""
-
-    def __getattr__(self, name: str) -> Any:
-        module = sys.modules.get("botocore.exceptions")
-        return _NeverRaised if module is None else getattr(module, name)
-
-
-botocore_errors: Any = _LoadedBotocore()
-
-
 #: Codes that mean "slow down" (S3's, and those of services that speak its protocol,
 #: as botocore's retry handler knows them): retried, and they lower adaptive concurrency.
 THROTTLE_CODES = frozenset(
@@ -117,24 +98,22 @@ THROTTLE_CODES = frozenset(
 _RETRYABLE_CODES = THROTTLE_CODES | {"RequestTimeout", "InternalError", "ServiceUnavailable"}
 _RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 
-
-def _transport_errors() -> tuple[type[BaseException], ...]:
-    """Errors of the transport: the request or its body did not make it through."""
-    return (
-        botocore_errors.HTTPClientError,  # connection closed/reset, read timeout
-        botocore_errors.EndpointConnectionError,  # refused, unreachable
-        botocore_errors.ConnectTimeoutError,
-        botocore_errors.ProxyConnectionError,
-        botocore_errors.ResponseStreamingError,
-        botocore_errors.IncompleteReadError,
-        aiohttp.ClientPayloadError,
-        aiohttp.ClientConnectionError,
-        ConnectionError,
-        asyncio.TimeoutError,
-    )
+# Errors of the transport: the request or its body did not make it through.
+_TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (
+    botocore_errors.HTTPClientError,  # connection closed/reset, read timeout
+    botocore_errors.EndpointConnectionError,  # refused, unreachable
+    botocore_errors.ConnectTimeoutError,
+    botocore_errors.ProxyConnectionError,
+    botocore_errors.ResponseStreamingError,
+    botocore_errors.IncompleteReadError,
+    aiohttp.ClientPayloadError,
+    aiohttp.ClientConnectionError,
+    ConnectionError,
+    asyncio.TimeoutError,
+)
 
 
-def client_error_status(exc: Any) -> tuple[int, str]:
+def client_error_status(exc: botocore_errors.ClientError) -> tuple[int, str]:
     """The HTTP status and S3 error code of a botocore ``ClientError``."""
     response: dict[str, Any] = exc.response
     status = int(response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
@@ -146,7 +125,7 @@ def is_retryable(exc: BaseException) -> bool:
     """Whether another attempt of the same request may succeed."""
     if isinstance(exc, botocore_errors.SSLError):
         return False  # a certificate problem does not heal by itself
-    if isinstance(exc, (RetryableError, *_transport_errors())):
+    if isinstance(exc, (RetryableError, *_TRANSPORT_ERRORS)):
         return True
     if isinstance(exc, botocore_errors.ClientError):
         status, code = client_error_status(exc)
@@ -206,7 +185,7 @@ def translate(exc: BaseException, *, bucket: str, key: str, attempts: int = 1) -
         )
     if isinstance(exc, botocore_errors.ParamValidationError):
         return InvalidRequestError(f"invalid request parameters: {exc}", **where)
-    if isinstance(exc, (RetryableError, *_transport_errors())):
+    if isinstance(exc, (RetryableError, *_TRANSPORT_ERRORS)):
         cause = str(exc) or type(exc).__name__
         if len(cause) > _MOST_CAUSE:  # aiohttp quotes what it could not parse: any bytes
             cause = cause[: _MOST_CAUSE - 3] + "..."

@@ -14,13 +14,21 @@ from __future__ import annotations
 import os
 import socket
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any
 
 import aiohttp
+from aiobotocore.httpsession import AIOHTTPSession
+from botocore.exceptions import (
+    ConnectionClosedError,
+    ConnectTimeoutError,
+    EndpointConnectionError,
+    HTTPClientError,
+    ProxyConnectionError,
+    ReadTimeoutError,
+    SSLError,
+)
+from botocore.httpsession import mask_proxy_url
 from yarl import URL
-
-if TYPE_CHECKING:
-    from aiobotocore.httpsession import AIOHTTPSession
 
 #: aiobotocore adds a Host header per request when this is set: its own path does that.
 _PROXY_HOST_HEADER = "BOTO_EXPERIMENTAL__ADD_PROXY_HOST_HEADER"
@@ -68,38 +76,23 @@ async def send(
             proxy=route.proxy,
             proxy_headers=route.proxy_headers,
         )
-    except Exception as exc:
-        _raise_as_botocore(exc, route, url_shown)
-
-
-def _raise_as_botocore(exc: Exception, route: Route, url_shown: str) -> NoReturn:
-    """Raise the botocore exception aiobotocore raises for ``exc``; botocore is imported
-    here, once something failed: a URL download that goes well never loads it."""
-    from botocore import exceptions as errors  # noqa: PLC0415
-
-    if isinstance(exc, aiohttp.ClientSSLError):
-        raise errors.SSLError(endpoint_url=url_shown, error=exc) from exc
-    if isinstance(exc, (aiohttp.ClientProxyConnectionError, aiohttp.ClientHttpProxyError)):
-        from botocore.httpsession import mask_proxy_url  # noqa: PLC0415
-
-        raise errors.ProxyConnectionError(proxy_url=mask_proxy_url(route.proxy), error=exc) from exc
-    if isinstance(
-        exc,
-        (
-            aiohttp.ServerDisconnectedError,
-            aiohttp.ClientPayloadError,
-            aiohttp.http_exceptions.BadStatusLine,
-        ),
-    ):
-        raise errors.ConnectionClosedError(error=exc, request=None, endpoint_url=url_shown) from exc
-    if isinstance(exc, aiohttp.ServerTimeoutError):
+    except aiohttp.ClientSSLError as exc:
+        raise SSLError(endpoint_url=url_shown, error=exc) from exc
+    except (aiohttp.ClientProxyConnectionError, aiohttp.ClientHttpProxyError) as exc:
+        raise ProxyConnectionError(proxy_url=mask_proxy_url(route.proxy), error=exc) from exc
+    except (
+        aiohttp.ServerDisconnectedError,
+        aiohttp.ClientPayloadError,
+        aiohttp.http_exceptions.BadStatusLine,
+    ) as exc:
+        raise ConnectionClosedError(error=exc, request=None, endpoint_url=url_shown) from exc
+    except aiohttp.ServerTimeoutError as exc:
         if str(exc).lower().startswith("connect"):
-            raise errors.ConnectTimeoutError(endpoint_url=url_shown, error=exc) from exc
-        raise errors.ReadTimeoutError(endpoint_url=url_shown, error=exc) from exc
-    if isinstance(
-        exc, (aiohttp.ClientConnectorError, aiohttp.ClientConnectionError, socket.gaierror)
-    ):
-        raise errors.EndpointConnectionError(endpoint_url=url_shown, error=exc) from exc
-    if isinstance(exc, TimeoutError):
-        raise errors.ReadTimeoutError(endpoint_url=url_shown, error=exc) from exc
-    raise errors.HTTPClientError(error=exc) from exc
+            raise ConnectTimeoutError(endpoint_url=url_shown, error=exc) from exc
+        raise ReadTimeoutError(endpoint_url=url_shown, error=exc) from exc
+    except (aiohttp.ClientConnectorError, aiohttp.ClientConnectionError, socket.gaierror) as exc:
+        raise EndpointConnectionError(endpoint_url=url_shown, error=exc) from exc
+    except TimeoutError as exc:
+        raise ReadTimeoutError(endpoint_url=url_shown, error=exc) from exc
+    except Exception as exc:
+        raise HTTPClientError(error=exc) from exc

@@ -9,16 +9,12 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from botocore.exceptions import ClientError
+
 from .adaptive import Budget
 from .body_reader import SpoolTo
 from .checksums import ExpectedChecksum, from_botocore, from_headers
-from .errors import (
-    DownloadError,
-    ObjectChangedError,
-    RangeNotSatisfiable,
-    botocore_errors,
-    client_error_status,
-)
+from .errors import DownloadError, ObjectChangedError, RangeNotSatisfiable, client_error_status
 from .get_response import (
     UNANNOUNCED_LENGTH,
     UNKNOWN_LENGTH,
@@ -178,7 +174,7 @@ class S3Object:
         epoch = await self._budget.acquire()
         try:
             response = await self._send(template, byte_range, if_match)
-        except botocore_errors.ClientError as exc:
+        except ClientError as exc:
             self._failed(self.counts.gets, exc, epoch)
             status, _ = client_error_status(exc)
             if status == 416:
@@ -293,7 +289,7 @@ class S3Object:
         """One botocore call, counted with the retries botocore made inside it."""
         try:
             raw = await operation(**params)
-        except botocore_errors.ClientError as exc:
+        except ClientError as exc:
             self._count(exc.response.get("ResponseMetadata"))
             raise
         except BaseException:

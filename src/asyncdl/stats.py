@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import THROTTLE_CODES, DownloadError, botocore_errors, client_error_status
+from botocore.exceptions import ClientError
+
+from .errors import THROTTLE_CODES, DownloadError, client_error_status
 
 # Where each outcome is counted in a kind's list (see :class:`RequestCounts`).
 OK, THROTTLED, CLIENT_ERROR, SERVER_ERROR, NETWORK_ERROR, CANCELLED = range(6)
@@ -20,7 +22,7 @@ def outcome(exc: BaseException) -> int:
     """Where a failed request is counted. Every 503 is a throttle: S3 sends SlowDown
     (or, to a HEAD, which has no body, a bare 503) when a prefix gets more requests
     than it serves; so is 429."""
-    if isinstance(exc, botocore_errors.ClientError):
+    if isinstance(exc, ClientError):
         return answer_outcome(*client_error_status(exc))
     if isinstance(exc, DownloadError):
         return SERVER_ERROR  # an answer asyncdl cannot use (a malformed Content-Range)

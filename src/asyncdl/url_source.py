@@ -20,7 +20,6 @@ one: a whole-object answer from S3 does when the URL was presigned with
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
@@ -28,10 +27,10 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
+from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError, SSLError
 
 from .adaptive import Budget
-from .body_reader import AiohttpBody
-from .errors import InvalidRequestError, botocore_errors
+from .errors import InvalidRequestError
 from .lean_send import Route
 from .lean_send import send as send_on
 from .ranges import ByteRange, LastBytes, parse_content_range
@@ -42,6 +41,7 @@ from .signed_get import (
     RawResponse,
     body_length,
     error_response,
+    streaming_body,
 )
 from .stats import OK, Counters
 
@@ -140,7 +140,7 @@ class UrlObject(S3Object):
                 size = await self._whole_length(raw)
             raw.release()
         except BaseException as exc:
-            if isinstance(exc, botocore_errors.ClientError) and _empty(exc):  # the right answer
+            if isinstance(exc, ClientError) and _empty(exc):  # an answer, and the right one
                 self.counts.gets[OK] += 1
                 self._budget.release_ok()
                 headers = exc.response["ResponseMetadata"]["HTTPHeaders"]
@@ -172,7 +172,7 @@ class UrlObject(S3Object):
             return length
         try:
             response = Response.from_raw(
-                RawResponse(raw.status, raw.headers, _body(raw)),
+                RawResponse(raw.status, raw.headers, streaming_body(raw, raw.headers)),
                 raw.release,
             )
         except ValueError as exc:  # a Transfer-Encoding it may not use
@@ -200,7 +200,7 @@ class UrlObject(S3Object):
         raw = await self._request(range_header, if_match)
         return self._wrap(
             Response.from_raw,
-            RawResponse(raw.status, raw.headers, _body(raw)),
+            RawResponse(raw.status, raw.headers, streaming_body(raw, raw.headers)),
         )
 
     async def _request(self, range_header: str | None, if_match: str | None) -> Any:
@@ -216,7 +216,7 @@ class UrlObject(S3Object):
         self.requests += 1
         try:
             raw = await send_on(self._route, "GET", self._url, headers, shown=self.key)
-        except botocore_errors.BotoCoreError as exc:  # lean_send's, for aiohttp's failures
+        except BotoCoreError as exc:
             failure: Exception | None = self._scrubbed(exc)
         else:
             failure = None
@@ -229,9 +229,6 @@ class UrlObject(S3Object):
         body = await raw.content.read(MAX_ERROR_BODY)
         raw.release()
         lowered = {name.lower(): value for name, value in raw.headers.items()}
-        # Imported here: a URL download that goes well never loads botocore.
-        from botocore.exceptions import ClientError  # noqa: PLC0415
-
         raise ClientError(self._kept(error_response(raw.status, lowered, body)), "GetObject")
 
     def _kept(self, response: dict[str, Any]) -> dict[str, Any]:
@@ -250,7 +247,7 @@ class UrlObject(S3Object):
         response["Error"] = kept
         return response
 
-    def _scrubbed(self, exc: Any) -> Exception:
+    def _scrubbed(self, exc: BotoCoreError) -> Exception:
         """A new error for ``exc``, its message with every URL as shown: aiohttp names
         URLs in its errors (of the hop that failed, which a redirect may have led to).
         Retried as ``exc`` would be, unless the answer was not HTTP at all."""
@@ -272,39 +269,21 @@ class UrlObject(S3Object):
             if secret:
                 message = message.replace(secret, shown)
         message = scrub_urls(message)
-        scrubbed, scrubbed_ssl = _scrubbed_types()
-        kind = scrubbed_ssl if isinstance(exc, botocore_errors.SSLError) else scrubbed
-        failure: Exception = kind(message=message)
-        return failure
+        if isinstance(exc, SSLError):
+            return _ScrubbedSSL(message=message)
+        return _Scrubbed(message=message)
 
 
-@functools.cache
-def _scrubbed_types() -> tuple[Any, Any]:
-    """Made on the first failure: botocore is loaded by then (see ``lean_send``)."""
-    from botocore.exceptions import HTTPClientError, SSLError  # noqa: PLC0415
+class _Scrubbed(HTTPClientError):  # type: ignore[misc]  # botocore is untyped
+    """A transport error (retried as one), its message with the URLs' secrets taken out."""
 
-    class _Scrubbed(HTTPClientError):  # type: ignore[misc]  # botocore is untyped
-        """A transport error (retried as one), its message with the URLs' secrets taken
-        out."""
-
-        fmt = "{message}"
-
-    class _ScrubbedSSL(SSLError):  # type: ignore[misc]  # botocore is untyped
-        """A TLS failure (not retried), its message with the URLs' secrets taken out."""
-
-        fmt = "{message}"
-
-    return _Scrubbed, _ScrubbedSSL
+    fmt = "{message}"
 
 
-def _body(raw: aiohttp.ClientResponse) -> AiohttpBody:
-    """The body of an open answer; its length is checked at its end when one was sent (a
-    malformed one is refused where the answer is parsed)."""
-    try:
-        length = body_length(raw.headers)
-    except ValueError:
-        length = None
-    return AiohttpBody(raw, length)
+class _ScrubbedSSL(SSLError):  # type: ignore[misc]  # botocore is untyped
+    """A TLS failure (not retried), its message with the URLs' secrets taken out."""
+
+    fmt = "{message}"
 
 
 def _reason(error: aiohttp.ClientResponseError) -> str:
@@ -315,7 +294,7 @@ def _reason(error: aiohttp.ClientResponseError) -> str:
     return reason[:_MAX_SHOWN] + "..." if len(reason) > _MAX_SHOWN else reason
 
 
-def _empty(exc: Any) -> bool:
+def _empty(exc: ClientError) -> bool:
     """A 416 that says the object is empty (S3's ``ActualObjectSize``, or a
     ``Content-Range: bytes */0``)."""
     response: Mapping[str, Any] = exc.response
