@@ -242,7 +242,9 @@ def _run_blocks(
                 # Python's stdout written as it goes, as on a terminal, not at exit.
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                # The command on asyncio's loop, as a plain install runs it (the page
+                # shows that), also where the suite runs with uvloop installed.
+                env={**os.environ, "PYTHONUNBUFFERED": "1", "ASYNCDL_LOOP": "asyncio"},
                 text=True,
                 check=False,
             )
