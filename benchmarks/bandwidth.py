@@ -44,7 +44,8 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from batch import asyncdl_source, parse_size
+from arguments import parse_size
+from batch import asyncdl_source
 from peers import MiB, executable, key_name
 from servers import SERVERS, Seeding, seed, serve
 

@@ -27,7 +27,6 @@ import json
 import math
 import os
 import platform
-import re
 import secrets
 import shutil
 import subprocess
@@ -39,6 +38,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from arguments import parse_size
 from peers import CLIENTS, LOOPS, NO_LOOP, Job, MiB, file_name, run_worker
 from report import notes, print_report, summarize
 from servers import (
@@ -53,15 +53,6 @@ from servers import (
 )
 
 GiB = 1024 * MiB
-_UNITS = {"": 1, "b": 1, "kib": 1024, "mib": MiB, "gib": GiB}
-
-
-def parse_size(text: str) -> int:
-    """``1KiB``, ``64KiB``, ``512MiB``, ``1GiB`` or plain bytes."""
-    match = re.fullmatch(r"\s*(\d+)\s*([kmg]ib|b)?\s*", text, re.IGNORECASE)
-    if match is None:
-        raise argparse.ArgumentTypeError(f"not a size: {text!r} (try 1KiB, 512MiB, 1024)")
-    return int(match[1]) * _UNITS[(match[2] or "").lower()]
 
 
 def parse_clients(text: str) -> list[str]:

@@ -29,7 +29,8 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
-from batch import asyncdl_source, parse_size, verify
+from arguments import parse_size
+from batch import asyncdl_source, verify
 from peers import file_name, key_name, process_cpu
 from servers import Seeding, seed
 

@@ -52,6 +52,8 @@ from typing import TYPE_CHECKING, Any, Self
 from urllib.parse import unquote
 from xml.sax.saxutils import escape
 
+from arguments import parse_size
+
 if TYPE_CHECKING:
     from aiohttp import web
 
@@ -448,14 +450,6 @@ class FakeS3Process:
 
     def reset(self) -> None:
         self._ask(RESET_PATH)
-
-
-def parse_size(text: str) -> int:
-    units = {"": 1, "b": 1, "kib": 1024, "mib": 1024 * 1024}
-    match = re.fullmatch(r"\s*(\d+)\s*([km]ib|b)?\s*", text, re.IGNORECASE)
-    if match is None:
-        raise argparse.ArgumentTypeError(f"not a size: {text!r} (try 1KiB, 100, 1MiB)")
-    return int(match[1]) * units[(match[2] or "").lower()]
 
 
 def main(argv: list[str] | None = None) -> None:

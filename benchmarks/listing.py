@@ -49,7 +49,8 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
-from fake_s3 import BUCKET, KEY_PREFIX, FakeS3Process, Objects, parse_size
+from arguments import names_from, parse_size
+from fake_s3 import BUCKET, KEY_PREFIX, FakeS3Process, Objects
 from peers import executable, process_cpu
 
 TOOLS = ("asyncdl", "asyncdl-cli", "s5cmd")
@@ -343,13 +344,6 @@ def parse_counts(text: str) -> list[int]:
     return counts
 
 
-def parse_tools(text: str) -> list[str]:
-    names = [name.strip() for name in text.split(",") if name.strip()]
-    if not names or set(names) - set(TOOLS):
-        raise argparse.ArgumentTypeError(f"choose from {', '.join(TOOLS)}")
-    return names
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--objects", type=parse_counts, default=[1_000_000], help="N[,N...]")
@@ -357,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=64, help="(64)")
     parser.add_argument(
         "--tools",
-        type=parse_tools,
+        type=names_from(TOOLS),
         default=["asyncdl", "s5cmd"],
         help="asyncdl,s5cmd; also asyncdl-cli",
     )

@@ -50,6 +50,7 @@ from contextlib import AsyncExitStack, ExitStack
 from pathlib import Path
 from typing import Any
 
+from arguments import parse_size
 from asyncdl.testing.tcp_proxy import RequestRecord, TcpProxy
 from batch import asyncdl_source
 from peers import MiB
@@ -469,14 +470,6 @@ def main_bench(args: argparse.Namespace) -> None:
         Path(args.json).write_text(
             json.dumps({"args": vars(args), "runs": results}, indent=2) + "\n"
         )
-
-
-def parse_size(text: str) -> int:
-    units = {"kib": KiB, "mib": MiB, "gib": GiB}
-    for unit, factor in units.items():
-        if text.lower().endswith(unit):
-            return int(text[: -len(unit)]) * factor
-    return int(text)
 
 
 def main() -> None:

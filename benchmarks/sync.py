@@ -40,7 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from batch import asyncdl_source, parse_size, verify
+from arguments import names_from, parse_size
+from batch import asyncdl_source, verify
 from peers import PREFIX, executable, key_name
 from resume import LEFTOVERS, SCRATCH, run_timed
 from servers import SERVERS, Seeding, seed, seeding_client, serve
@@ -207,13 +208,6 @@ def report(rows: dict[str, list[dict[str, dict[str, Any]]]], missing: dict[str, 
         print(f"{tool}: not available ({why})")
 
 
-def parse_tools(text: str) -> list[str]:
-    names = [name.strip() for name in text.split(",") if name.strip()]
-    if not names or set(names) - set(TOOLS):
-        raise argparse.ArgumentTypeError(f"choose from {', '.join(TOOLS)}")
-    return names
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--objects", type=int, default=10_000, help="objects (10000)")
@@ -221,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--changed", type=int, default=100, help="put again before (c) (100)")
     parser.add_argument("--concurrency", type=int, default=10, help="N, besides defaults (10)")
     parser.add_argument("--rtt-ms", type=float, default=20.0, help="added per request (20)")
-    parser.add_argument("--tools", type=parse_tools, default=list(TOOLS), help="(all)")
+    parser.add_argument("--tools", type=names_from(TOOLS), default=list(TOOLS), help="(all)")
     parser.add_argument("--runs", type=int, default=3, help="runs; medians (3)")
     parser.add_argument("--server", choices=SERVERS, default="moto", help="(moto, embedded)")
     parser.add_argument("--dest", default=str(SCRATCH), help=f"for the files ({SCRATCH})")

@@ -18,7 +18,7 @@ from botocore.config import Config
 
 import asyncdl
 from asyncdl.testing.moto_server import moto_server
-from asyncdl.testing.tcp_proxy import TcpProxy
+from asyncdl.testing.tcp_proxy import RequestRecord, TcpProxy
 from asyncdl.writer import is_temp_file
 
 CHUNK = 64 * 1024
@@ -103,6 +103,11 @@ def config() -> asyncdl.TransferConfig:
 async def engine(client: Any, config: asyncdl.TransferConfig) -> AsyncIterator[asyncdl.Engine]:
     async with asyncdl.Engine(client, config=config) as opened:
         yield opened
+
+
+def gets(proxy: TcpProxy) -> list[RequestRecord]:
+    """The GETs the proxy saw, in order."""
+    return [r for r in proxy.requests if r.method == "GET"]
 
 
 def payload(size: int, seed: int = 0) -> bytes:

@@ -14,14 +14,10 @@ import asyncdl
 from asyncdl.testing.tcp_proxy import Fault, RequestRecord, TcpProxy
 from asyncdl.writer import TempFile
 
-from .conftest import CHUNK, gone_within_a_second, make_client, payload, temp_files
+from .conftest import CHUNK, gets, gone_within_a_second, make_client, payload, temp_files
 
 SIZES = [0, 1, CHUNK - 1, CHUNK, CHUNK + 1, 2 * CHUNK + 7, 9 * CHUNK + 123]
 STRATEGIES = ["get-first", "head-first"]
-
-
-def gets(proxy: TcpProxy) -> list[RequestRecord]:
-    return [r for r in proxy.requests if r.method == "GET"]
 
 
 def heads(proxy: TcpProxy) -> list[RequestRecord]:

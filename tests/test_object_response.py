@@ -15,9 +15,9 @@ from fastapi import FastAPI, Request, Response
 
 import asyncdl
 from asyncdl.contrib.fastapi import EngineDep, lifespan, object_response
-from asyncdl.testing.tcp_proxy import Fault, RequestRecord, TcpProxy
+from asyncdl.testing.tcp_proxy import Fault, TcpProxy
 
-from .conftest import payload
+from .conftest import gets, payload
 from .test_fastapi import uvicorn_serving
 
 KiB = 1024
@@ -64,10 +64,6 @@ async def serving(
         httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client,
     ):
         yield client, app.state.asyncdl_engine, port
-
-
-def gets(proxy: TcpProxy) -> list[RequestRecord]:
-    return [r for r in proxy.requests if r.method == "GET"]
 
 
 async def released(engine: asyncdl.Engine, within: float = 2.0) -> None:

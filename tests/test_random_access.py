@@ -16,16 +16,12 @@ import pyarrow.parquet as pq
 import pytest
 
 import asyncdl
-from asyncdl.testing.tcp_proxy import Fault, RequestRecord, TcpProxy
+from asyncdl.testing.tcp_proxy import Fault, TcpProxy
 
-from .conftest import CHUNK, make_client, payload
+from .conftest import CHUNK, gets, make_client, payload
 
 KiB = 1024
 BLOCK = 4 * KiB
-
-
-def gets(proxy: TcpProxy) -> list[RequestRecord]:
-    return [r for r in proxy.requests if r.method == "GET"]
 
 
 async def test_open_is_one_get_of_the_first_block_then_reads_are_pinned(

@@ -13,16 +13,12 @@ import pyarrow.parquet as pq
 import pytest
 
 import asyncdl
-from asyncdl.testing.tcp_proxy import Fault, RequestRecord, TcpProxy
+from asyncdl.testing.tcp_proxy import Fault, TcpProxy
 
-from .conftest import payload
+from .conftest import gets, payload
 
 KiB = 1024
 BLOCK = 4 * KiB
-
-
-def gets(proxy: TcpProxy) -> list[RequestRecord]:
-    return [r for r in proxy.requests if r.method == "GET"]
 
 
 async def test_opened_at_the_end_the_tail_and_what_is_before_it_need_no_get(

@@ -18,7 +18,7 @@ from asyncdl.range_plan import Span, check_ranges, coalesce
 from asyncdl.range_reads import SpanSink
 from asyncdl.testing.tcp_proxy import Fault, RequestRecord, TcpProxy
 
-from .conftest import CHUNK, payload
+from .conftest import CHUNK, gets, payload
 
 KiB = 1024
 
@@ -123,10 +123,6 @@ def test_numpy_offsets_are_taken_as_ints() -> None:
 
 
 # -- against moto, through the proxy --
-
-
-def gets(proxy: TcpProxy) -> list[RequestRecord]:
-    return [r for r in proxy.requests if r.method == "GET"]
 
 
 async def test_ten_4_kib_ranges_within_64_kib_are_one_get(

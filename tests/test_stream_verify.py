@@ -14,7 +14,7 @@ import pytest
 import asyncdl
 from asyncdl.testing.tcp_proxy import Fault, FaultRule, RequestRecord, TcpProxy
 
-from .conftest import CHUNK, make_client, payload
+from .conftest import CHUNK, gets, make_client, payload
 from .test_composite import put_multipart
 
 ALL = ["CRC32", "CRC32C", "CRC64NVME", "SHA1", "SHA256"]
@@ -41,10 +41,6 @@ ONE_AHEAD = {"stream_prefetch": 1}
 
 def heads(proxy: TcpProxy) -> list[RequestRecord]:
     return [r for r in proxy.requests if r.method == "HEAD"]
-
-
-def gets(proxy: TcpProxy) -> list[RequestRecord]:
-    return [r for r in proxy.requests if r.method == "GET"]
 
 
 async def read_all(stream: asyncdl.ObjectStream, into: list[bytes]) -> None:
