@@ -5,6 +5,7 @@ URL that is not http(s) or not a URL at all, a transfer coding asyncdl never ask
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import logging
 import os
@@ -15,7 +16,7 @@ import pytest
 
 import asyncdl
 
-from .conftest import payload
+from .conftest import CHUNK, payload
 from .test_url_raw_http import RawServer, Seen, _chain, reply
 
 _SECRET = "GIVENSECRET"
@@ -184,3 +185,52 @@ async def test_what_an_error_body_carries_is_not_kept(
         code = "SignatureDoesNotMatch" if status == 403 else "ExpiredToken"
         assert code in str(failure), failure
         _assert_secret_kept(failure, caplog.text)
+
+
+async def _stall_whole(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Ignores Range: a chunked 200 (no length: read to its end to learn the size)
+    that sends 1000 bytes and stalls."""
+    try:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(
+            b'HTTP/1.1 200 OK\r\nETag: "v1"\r\nTransfer-Encoding: chunked\r\n\r\n'
+            b"%x\r\n" % CHUNK + payload(1000)
+        )
+        await writer.drain()
+        await asyncio.sleep(3600)
+    except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
+        pass
+    finally:
+        writer.close()
+
+
+async def _read_some(engine: asyncdl.Engine, url: str, how: str) -> object:
+    if how == "read_ranges_url":
+        return await engine.read_ranges_url(url, [(0, 10), (3 * CHUNK, 3 * CHUNK + 10)])
+    if how == "open_url":
+        async with engine.open_url(url) as reader:
+            return await reader.read(10)
+    return await _read_all(engine.stream_url(url))
+
+
+@pytest.mark.parametrize("borrowed", [False, True], ids=["own-client", "borrowed-client"])
+@pytest.mark.parametrize("how", ["read_ranges_url", "open_url", "stream_url"])
+async def test_a_stalled_body_without_length_fails_in_time_and_never_shows_the_query(
+    how: str, borrowed: bool, client: object, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A whole answer of unknown length that stalls fails within the engine's
+    ``read_timeout`` (a borrowed client's own is botocore's 60 s), naming no query
+    (aiobotocore's read timeout error quotes the response's whole URL)."""
+    caplog.set_level(logging.DEBUG)
+    config = asyncdl.TransferConfig(read_timeout=0.5, max_attempts=1)
+    server = await asyncio.start_server(_stall_whole, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    url = f"http://127.0.0.1:{port}/obj?X-Amz-Signature={_SECRET}"
+    try:
+        async with asyncdl.Engine(client if borrowed else None, config=config) as engine:
+            with pytest.raises(asyncdl.DownloadError, match="transfer failed") as raised:
+                async with asyncio.timeout(20):
+                    await _read_some(engine, url, how)
+    finally:
+        server.close()
+    _assert_secret_kept(raised.value, caplog.text)

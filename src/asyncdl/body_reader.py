@@ -188,12 +188,14 @@ _SPOOL_WRITE = 1024 * 1024
 
 @dataclass(frozen=True, slots=True)
 class SpoolTo:
-    """Where and how a download spools a body of unknown length: beside its target
-    (the system's temp directory may be a small tmpfs, or RAM), read as its other
-    bodies are (the engine's read timeout and bandwidth cap), its bytes reported as
-    progress as they arrive (``None``: a probe whose bytes are not the download's)."""
+    """Where and how a body of unknown length is spooled: a download's beside its
+    target (the system's temp directory may be a small tmpfs, or RAM), other reads'
+    there (``directory`` ``None``); read as other bodies are (the engine's read
+    timeout, not a borrowed client's, and its bandwidth cap; never through
+    aiobotocore's ``read``, whose timeout error quotes the URL with its query), its
+    bytes reported as progress as they arrive (``None``: not the download's)."""
 
-    directory: str
+    directory: str | None
     read_timeout: float
     bandwidth: TokenBucket | None
     progress: Reporter | None
@@ -213,22 +215,15 @@ class SpooledBody:
         self._file.close()
 
 
-async def spool(body: Any, to: SpoolTo | None = None) -> tuple[SpooledBody, int]:
-    """Read ``body`` to its end into an unnamed temp file (in ``to.directory``, else
-    the system's temp directory; gone when closed); the body to read it from, and its
-    length. ``body`` is closed either way.
-
-    Without ``to`` (nothing to say where), a stall is the HTTP session's read timeout."""
-    directory = None if to is None else to.directory
-    file = await asyncio.to_thread(_unnamed_file, directory)
-    progress = None if to is None else to.progress
+async def spool(body: Any, to: SpoolTo) -> tuple[SpooledBody, int]:
+    """Read ``body`` to its end into an unnamed temp file (in ``to.directory``; gone
+    when closed); the body to read it from, and its length. ``body`` is closed either
+    way."""
+    file = await asyncio.to_thread(_unnamed_file, to.directory)
+    progress = to.progress
     size = reported = 0
     try:
-        if to is None:
-            reader: Any = contextlib.nullcontext(_Plain(body))
-        else:
-            reader = BodyReader(body, to.read_timeout, _SPOOL_WRITE, to.bandwidth)
-        with reader as pieces_of:
+        with BodyReader(body, to.read_timeout, _SPOOL_WRITE, to.bandwidth) as pieces_of:
             pieces: list[bytes] = []
             held = 0
             while True:
@@ -262,20 +257,3 @@ async def spool(body: Any, to: SpoolTo | None = None) -> tuple[SpooledBody, int]
 
 def _unnamed_file(directory: str | None) -> IO[bytes]:
     return tempfile.TemporaryFile(dir=directory)
-
-
-class _Plain:
-    """A body read as it is (``read``), with a :class:`BodyReader`'s pause/resume."""
-
-    def __init__(self, body: Any) -> None:
-        self._body = body
-
-    async def read(self) -> bytes:
-        piece: bytes = await self._body.read(_SPOOL_WRITE)
-        return piece
-
-    def pause(self) -> None:
-        pass
-
-    def resume(self) -> None:
-        pass

@@ -15,9 +15,12 @@ from typing import Any
 
 import aiohttp
 from aiobotocore.httpsession import AIOHTTPSession
+from aiohttp import hdrs
+from aiohttp.client_middlewares import ClientHandlerType
 
 from .adaptive import Budget
 from .bandwidth import TokenBucket
+from .body_reader import SpoolTo
 from .clients import pool_size
 from .config import TransferConfig
 from .lean_send import Route, route_for
@@ -46,6 +49,9 @@ class Context:
     part_gets: bool | None = None
     #: The bandwidth cap every body read of the engine draws from (``None``: no cap).
     bandwidth: TokenBucket | None = field(init=False)
+    #: How a read that is not a download spools a whole answer of unknown length: in
+    #: the system's temp directory, within the engine's read timeout and cap.
+    _spool_to: SpoolTo = field(init=False)
     #: What the engine has done so far (``engine.stats()``).
     counters: Counters = field(default_factory=Counters)
     #: The engine's own HTTP session for URL downloads, made when first needed by a
@@ -58,6 +64,7 @@ class Context:
     def __post_init__(self) -> None:
         rate = self.config.max_bandwidth
         self.bandwidth = None if rate is None else TokenBucket(rate)
+        self._spool_to = SpoolTo(None, self.config.read_timeout, self.bandwidth, None)
 
     def s3_object(self, bucket: str, key: str, extra_args: ExtraArgs) -> S3Object:
         """The requests of one object through this client and budget."""
@@ -68,6 +75,7 @@ class Context:
             key,
             extra_args,
             counts=self.counters,
+            spool_to=self._spool_to,
             signed=self.signed,
             checksum_mode=self.config.validate != "off",
         )
@@ -107,7 +115,9 @@ class Context:
 
     def url_object(self, url: str) -> UrlObject:
         """The requests of one download from ``url`` through this budget."""
-        return UrlObject(self.url_route, self.budget, url, counts=self.counters)
+        return UrlObject(
+            self.url_route, self.budget, url, counts=self.counters, spool_to=self._spool_to
+        )
 
     async def url_route(self, url: str) -> Route:
         """Where requests to ``url`` go: the client's own HTTP session (its pool,
@@ -122,7 +132,9 @@ class Context:
 
     def _own_session(self) -> aiohttp.ClientSession:
         """A session for a client that has none to lend (another HTTP backend), set up
-        as the default client's: the pool, the timeouts, proxies from the environment."""
+        as the default client's: the pool, the timeouts, proxies from the environment
+        (``trust_env``: looked up for each hop of a redirect, as aiohttp does), but no
+        ``~/.netrc`` login sent to the URL's host (see :func:`_no_login`)."""
         if self._url_session is None:
             config = self.config
             self._url_session = aiohttp.ClientSession(
@@ -132,6 +144,7 @@ class Context:
                 ),
                 auto_decompress=False,
                 trust_env=True,
+                middlewares=(_no_login,),
             )
         return self._url_session
 
@@ -140,3 +153,14 @@ class Context:
         if self._url_session is not None:
             session, self._url_session = self._url_session, None
             await session.close()
+
+
+async def _no_login(
+    request: aiohttp.ClientRequest, send: ClientHandlerType
+) -> aiohttp.ClientResponse:
+    """Send no ``Authorization``: none is ever set for a URL, so one here is the login
+    ``trust_env`` found in ``~/.netrc`` for the host. A presigned URL carries its own
+    credential (a second one breaks it) and a URL's host is told no secret of the user's.
+    (A proxy's login found there is sent to the proxy, as aiohttp documents.)"""
+    request.headers.popall(hdrs.AUTHORIZATION, None)
+    return await send(request)

@@ -166,7 +166,7 @@ class Response:
             http_headers=headers,
         )
 
-    async def read_whole(self, to: SpoolTo | None = None) -> None:
+    async def read_whole(self, to: SpoolTo) -> None:
         """Make a whole-object answer of unknown length known: its body is read to its
         end into an unnamed temp file (see :class:`SpoolTo`), which it is then read from."""
         self.body, self.content_length = await spool(self.body, to)

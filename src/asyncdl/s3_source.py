@@ -61,8 +61,6 @@ class S3Object:
     #: so that its size is known, as a download needs; a stream, which reads to the end
     #: anyway, sets ``True`` and takes it as it is.
     unknown_length_ok = False
-    #: Where and how a download spools such an answer (set by the download).
-    spool_to: SpoolTo | None = None
     #: Whether an answer's body was ended only by its connection's close (see
     #: ``UNANNOUNCED_LENGTH``): nothing said it was whole.
     close_delimited = False
@@ -76,10 +74,13 @@ class S3Object:
         extra_args: ExtraArgs,
         *,
         counts: Counters,
+        spool_to: SpoolTo,
         signed: SignedGets | None = None,
         checksum_mode: bool = False,
     ) -> None:
         self._client = client
+        #: Where and how such an answer is spooled (a download's beside its target).
+        self.spool_to = spool_to
         self._budget = budget
         #: The engine's stats, where each request is counted by its outcome.
         self.counts = counts

@@ -30,6 +30,7 @@ import aiohttp
 from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError, SSLError
 
 from .adaptive import Budget
+from .body_reader import SpoolTo
 from .errors import InvalidRequestError
 from .lean_send import Route
 from .lean_send import send as send_on
@@ -119,8 +120,9 @@ class UrlObject(S3Object):
         url: str,
         *,
         counts: Counters,
+        spool_to: SpoolTo,
     ) -> None:
-        super().__init__(None, budget, "", shown_url(url), {}, counts=counts)
+        super().__init__(None, budget, "", shown_url(url), {}, counts=counts, spool_to=spool_to)
         #: Finds the route on the first request (the session may be made then).
         self._find_route = route
         self._route: Route | None = None
@@ -179,9 +181,8 @@ class UrlObject(S3Object):
             raw.release()
             raise self.error(f"server sent {exc}") from None
         # A probe: its bytes are not the download's progress.
-        to = None if self.spool_to is None else replace(self.spool_to, progress=None)
         try:
-            await response.read_whole(to)
+            await response.read_whole(replace(self.spool_to, progress=None))
             return response.content_length
         finally:
             response.close()
