@@ -17,6 +17,7 @@ import pytest
 import asyncdl
 
 from .conftest import CHUNK, payload
+from .test_http_spool import SlowServer
 from .test_url_raw_http import RawServer, Seen, _chain, reply
 
 _SECRET = "GIVENSECRET"
@@ -187,21 +188,15 @@ async def test_what_an_error_body_carries_is_not_kept(
         _assert_secret_kept(failure, caplog.text)
 
 
-async def _stall_whole(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def _stall_whole(writer: asyncio.StreamWriter) -> None:
     """Ignores Range: a chunked 200 (no length: read to its end to learn the size)
     that sends 1000 bytes and stalls."""
-    try:
-        await reader.readuntil(b"\r\n\r\n")
-        writer.write(
-            b'HTTP/1.1 200 OK\r\nETag: "v1"\r\nTransfer-Encoding: chunked\r\n\r\n'
-            b"%x\r\n" % CHUNK + payload(1000)
-        )
-        await writer.drain()
-        await asyncio.sleep(3600)
-    except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
-        pass
-    finally:
-        writer.close()
+    writer.write(
+        b'HTTP/1.1 200 OK\r\nETag: "v1"\r\nTransfer-Encoding: chunked\r\n\r\n'
+        b"%x\r\n" % CHUNK + payload(1000)
+    )
+    await writer.drain()
+    await asyncio.sleep(3600)
 
 
 async def _read_some(engine: asyncdl.Engine, url: str, how: str) -> object:
@@ -223,14 +218,12 @@ async def test_a_stalled_body_without_length_fails_in_time_and_never_shows_the_q
     (aiobotocore's read timeout error quotes the response's whole URL)."""
     caplog.set_level(logging.DEBUG)
     config = asyncdl.TransferConfig(read_timeout=0.5, max_attempts=1)
-    server = await asyncio.start_server(_stall_whole, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    url = f"http://127.0.0.1:{port}/obj?X-Amz-Signature={_SECRET}"
-    try:
-        async with asyncdl.Engine(client if borrowed else None, config=config) as engine:
-            with pytest.raises(asyncdl.DownloadError, match="transfer failed") as raised:
-                async with asyncio.timeout(20):
-                    await _read_some(engine, url, how)
-    finally:
-        server.close()
+    async with (
+        SlowServer(_stall_whole) as server,
+        asyncdl.Engine(client if borrowed else None, config=config) as engine,
+    ):
+        url = server.url(f"/obj?X-Amz-Signature={_SECRET}")
+        with pytest.raises(asyncdl.DownloadError, match="transfer failed") as raised:
+            async with asyncio.timeout(20):
+                await _read_some(engine, url, how)
     _assert_secret_kept(raised.value, caplog.text)
