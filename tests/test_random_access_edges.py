@@ -8,11 +8,12 @@ import io
 import threading
 from typing import Any
 
+import numpy as np
 import pytest
 
 import asyncdl
 from asyncdl.adaptive import SLOT
-from asyncdl.testing.tcp_proxy import TcpProxy
+from asyncdl.testing.tcp_proxy import Fault, TcpProxy
 
 from .conftest import make_client, payload
 
@@ -128,3 +129,66 @@ async def test_closing_while_a_read_is_in_flight_leaves_nothing_cached(
     await f.aclose()
     assert len(await read) == 10
     assert f._cache == {}
+
+
+def test_a_sync_read_whose_loop_ends_under_it_raises_runtime_error(
+    s3: Any, bucket: str, proxy: TcpProxy, config: asyncdl.TransferConfig
+) -> None:
+    """``asyncio.run`` returning cancels what runs on its loop, a thread's read too: the
+    thread is told its loop stopped (``RuntimeError``, as documented), not handed a
+    ``CancelledError`` it has no task to attribute to."""
+    s3.put_object(Bucket=bucket, Key="k", Body=payload(10 * BLOCK))
+    outcome: dict[str, BaseException | bytes] = {}
+    started = threading.Event()
+
+    def read(sync: io.RawIOBase) -> None:
+        started.set()
+        try:
+            outcome["read"] = sync.read(10)
+        except BaseException as exc:
+            outcome["read"] = exc
+
+    async def main() -> threading.Thread:
+        async with (
+            make_client(proxy.url) as client,
+            asyncdl.Engine(client, config=config) as engine,
+        ):
+            reader = await engine.open(bucket, "k", size=10 * BLOCK, etag='"x"', block_size=BLOCK)
+            proxy.rule = lambda r: Fault(delay=5.0)
+            worker = threading.Thread(target=read, args=(reader.sync(),), daemon=True)
+            worker.start()
+            started.wait(10)
+            await asyncio.sleep(0.3)  # the read is on the loop, waiting for its answer
+            for task in asyncio.all_tasks() - {asyncio.current_task()}:
+                task.cancel()  # what asyncio.run does to the loop's tasks as it ends
+            await asyncio.sleep(0.1)
+            return worker
+
+    worker = asyncio.run(main())
+    worker.join(10)
+    assert not worker.is_alive()
+    assert isinstance(outcome["read"], RuntimeError), outcome
+    assert "stopped" in str(outcome["read"])
+
+
+async def test_numpy_offsets_and_counts_are_taken_as_ints(
+    engine: asyncdl.Engine, s3: Any, bucket: str
+) -> None:
+    """As ``read_ranges`` takes them: a reader's offsets often come out of an array."""
+    body = payload(10 * BLOCK)
+    s3.put_object(Bucket=bucket, Key="k", Body=body)
+    f = await engine.open(bucket, "k", block_size=BLOCK)
+    assert f.seek(np.int64(3)) == 3
+    assert type(f.tell()) is int
+    assert await f.read(np.int32(5)) == body[3:8]
+    assert await f.read_at(np.uint64(2 * BLOCK), np.int64(7)) == body[2 * BLOCK : 2 * BLOCK + 7]
+    assert f.seek(np.int8(-2), 1) == 6
+    bads: list[Any] = [np.bool_(True), np.float64(1), True, 1.0]
+    for bad in bads:
+        with pytest.raises(asyncdl.InvalidRequestError):
+            f.seek(bad)
+        with pytest.raises(asyncdl.InvalidRequestError):
+            await f.read(bad)
+        with pytest.raises(asyncdl.InvalidRequestError):
+            await f.read_at(bad, 1)
+    assert f.tell() == 6

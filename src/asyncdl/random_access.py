@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 from collections import OrderedDict
 from collections.abc import Generator, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Literal, Self, get_args
+from typing import TYPE_CHECKING, Any, Literal, Self, SupportsIndex, get_args
 
 from .adaptive import own_slots
 from .config import KiB, MiB, is_int_at_least
@@ -36,7 +36,7 @@ from .errors import InvalidRequestError
 from .get_response import UNKNOWN_LENGTH, Response
 from .parts import Fetch, Part, fetch_part
 from .progress import Reporter
-from .range_plan import Span, coalesce
+from .range_plan import Span, as_offset, coalesce
 from .range_reads import SpanSink, answered_end, fetch_spans, first_get, read_object_ranges
 from .ranges import ByteRange, LastBytes
 from .request_args import ExtraArgs, check_size_and_etag
@@ -186,11 +186,12 @@ class RandomAccessReader:
         """The offset the next read starts at."""
         return self._pos
 
-    def seek(self, offset: int, whence: int = 0) -> int:
+    def seek(self, offset: SupportsIndex, whence: int = 0) -> int:
         """Move to ``offset`` from the start (``whence=0``), the current offset (1) or
         the end (2, which needs the reader open); return the new offset. Past the end
         is allowed (reads there give ``b""``), before the start is not."""
-        if not isinstance(offset, int) or isinstance(offset, bool):
+        to = as_offset(offset)  # numpy's ints too, as ``read_ranges`` takes them
+        if not isinstance(to, int) or isinstance(to, bool):
             raise InvalidRequestError(f"offset must be an int, got {offset!r}", **self._where)
         if type(whence) is not int:  # True is 1 to Python, not to a file's seek
             raise InvalidRequestError(f"whence must be 0, 1 or 2, got {whence!r}", **self._where)
@@ -204,12 +205,12 @@ class RandomAccessReader:
             base = self.size
         else:
             raise InvalidRequestError(f"whence must be 0, 1 or 2, got {whence!r}", **self._where)
-        if base + offset < 0:
-            raise InvalidRequestError(f"seek to {base + offset}, before the start", **self._where)
-        self._pos = base + offset
+        if base + to < 0:
+            raise InvalidRequestError(f"seek to {base + to}, before the start", **self._where)
+        self._pos = base + to
         return self._pos
 
-    async def read(self, n: int = -1) -> bytes:
+    async def read(self, n: SupportsIndex = -1) -> bytes:
         """Up to ``n`` bytes from the current offset (all that is left when ``n`` is
         negative); ``b""`` at the end. Reads from several tasks at once each take the
         offset where the one before left it."""
@@ -224,25 +225,27 @@ class RandomAccessReader:
         view[: len(data)] = data
         return len(data)
 
-    async def read_at(self, offset: int, n: int = -1) -> bytes:
+    async def read_at(self, offset: SupportsIndex, n: SupportsIndex = -1) -> bytes:
         """Up to ``n`` bytes from ``offset``, leaving the current offset alone (as
         ``os.pread``); what :class:`SyncReader` reads with."""
         return await self._read(offset, n)
 
-    async def _read(self, offset: int | None, n: int) -> bytes:
+    async def _read(self, offset: SupportsIndex | None, n: SupportsIndex) -> bytes:
         """Read from ``offset``, or from the current offset (``None``), which it then
         moves past what it read: taken and moved under the lock."""
-        if (offset is not None and not is_int_at_least(offset, 0)) or type(n) is not int:
+        at = None if offset is None else as_offset(offset)  # numpy's ints too
+        count = as_offset(n)
+        if (at is not None and not is_int_at_least(at, 0)) or type(count) is not int:
             raise InvalidRequestError(
                 f"offset must be an int >= 0 and n an int, got {offset!r}, {n!r}", **self._where
             )
         await self.open()
         async with self._lock:
             self._check_open()
-            start = self._pos if offset is None else offset
+            start: int = self._pos if at is None else at
             size = self.size
             assert size is not None
-            end = size if n < 0 else min(size, start + n)
+            end = size if count < 0 else min(size, start + count)
             if start >= end:
                 return b""
             # The opening answer first: a suffix answer's bytes before its last block
@@ -252,7 +255,7 @@ class RandomAccessReader:
                 with own_slots():
                     data = await self._read_blocks(start, end)
             self._last_end = end
-            if offset is None:
+            if at is None:
                 self._pos = end
             return data
 

@@ -76,7 +76,7 @@ def check_ranges(ranges: object, *, bucket: str, key: str) -> list[tuple[int, in
                 bucket=bucket,
                 key=key,
             )
-        start, end = (_offset(bound) for bound in pair)
+        start, end = (as_offset(bound) for bound in pair)
         if not is_int_at_least(start, 0) or not is_int_at_least(end, start) or end > MAX_OFFSET:
             raise InvalidRequestError(
                 f"ranges[{index}] must be ints with 0 <= start <= end <= 2**63 - 1, "
@@ -88,7 +88,7 @@ def check_ranges(ranges: object, *, bucket: str, key: str) -> list[tuple[int, in
     return checked
 
 
-def _offset(value: Any) -> Any:
+def as_offset(value: Any) -> Any:
     """An int-like bound (``numpy.int64``) as an int; anything else as it is, for the
     caller's check to refuse (a bool stays a bool: ``True`` is a bug, not 1)."""
     if isinstance(value, int):

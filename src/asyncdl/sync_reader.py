@@ -114,6 +114,10 @@ class SyncReader(io.RawIOBase):
             try:
                 result: bytes = future.result(timeout=0.5)
                 return result
+            except concurrent.futures.CancelledError:
+                # Nobody here cancels it: its loop did, ending (asyncio.run cancels
+                # every task it leaves behind).
+                raise RuntimeError("the reader's event loop stopped under the read") from None
             except concurrent.futures.TimeoutError:
                 if not self._loop.is_running():
                     future.cancel()
