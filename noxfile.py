@@ -160,7 +160,8 @@ def bench(session: nox.Session) -> None:
     object_response under load, `-- resume ...` a killed copy run again, `-- sync ...`
     asyncdl sync beside s5cmd and aws s3 sync, `-- bandwidth ...` capped downloads,
     `-- throttle ...` adaptive concurrency against 503 SlowDown, `-- ranges ...`
-    random access beside obstore and s3fs. Not run by default
+    random access beside obstore and s3fs, `-- listing ...` a million listed objects,
+    `-- targets ...` the performance targets in one run. Not run by default
     (see benchmarks/README.md); --server s3rver also needs node and npm."""
     # crc32c: the CRC32C checksums moto computes itself (a multipart upload's, an upload
     # part's) are silently CRC32s without it, values S3 would never send.
@@ -184,6 +185,7 @@ def bench(session: nox.Session) -> None:
         ["throttle"],
         ["ranges"],
         ["listing"],
+        ["targets"],
     ):
         script, args = f"benchmarks/{args[0]}.py", args[1:]
     session.run("python", script, *args)
