@@ -192,9 +192,13 @@ async def _one(data: bytes) -> AsyncIterator[bytes]:
     yield data
 
 
-async def run_aiobotocore(job: Job, meter: Meter, stream: bool) -> list[str]:
+async def run_aiobotocore(
+    job: Job, meter: Meter, stream: bool, *, blocking: bool = False
+) -> list[str]:
     """One get_object per object, N at a time; the body read whole, or (``stream``)
-    streamed to the file in pieces of up to 1 MiB: one plain GET, no ranges."""
+    streamed to the file in pieces of up to 1 MiB: one plain GET, no ranges.
+    ``blocking``: each piece written with a plain ``write`` on the loop, no thread hop
+    (the leanest a stream can be, the large-object yardstick of the targets)."""
     from aiobotocore.config import AioConfig  # noqa: PLC0415
     from aiobotocore.session import get_session  # noqa: PLC0415
 
@@ -208,6 +212,11 @@ async def run_aiobotocore(job: Job, meter: Meter, stream: bool) -> list[str]:
                 try:
                     response = await s3.get_object(Bucket=bucket, Key=key)
                     async with response["Body"] as body:
+                        if stream and blocking:
+                            with path.open("wb") as file:
+                                async for chunk in body.iter_chunks(_WRITE_SIZE):
+                                    file.write(chunk)
+                            return
                         if stream:
                             await _write_file(path, body.iter_chunks(_WRITE_SIZE))
                             return
@@ -347,6 +356,9 @@ RUNNERS: dict[str, Callable[[Job, Meter], list[str]]] = {
     "s3transfer-no-head": partial(run_s3transfer, no_head=True),
     "aiobotocore-loop": lambda job, m: on_loop(job, run_aiobotocore(job, m, stream=False)),
     "plain-get": lambda job, m: on_loop(job, run_aiobotocore(job, m, stream=True)),
+    "plain-get-blocking": lambda job, m: on_loop(
+        job, run_aiobotocore(job, m, stream=True, blocking=True)
+    ),
     "obstore": lambda job, m: on_loop(job, run_obstore(job, m)),
     "s5cmd": partial(run_command, command=s5cmd_command),
     "aiobotocore-cp": partial(run_command, command=aiobotocore_cp_command),
