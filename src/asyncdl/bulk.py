@@ -10,9 +10,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import AsyncGenerator, AsyncIterable, Callable, Iterable, Iterator
+from collections import deque
+from collections.abc import AsyncGenerator, AsyncIterable, Callable, Iterable
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 from aiofiles.os import wrap
@@ -20,11 +21,14 @@ from aiofiles.os import wrap
 from . import dead_temps, jobs, transfer
 from .config import is_int_at_least
 from .context import Context
-from .errors import DownloadError, InvalidRequestError, translate
+from .errors import DownloadError, InvalidRequestError
 from .file_records import SKIP_MODES, Skips
 from .filters import Filters, compile_filters
 from .key_paths import folder
 from .key_paths import relative_path as relative_path  # noqa: PLC0414 - re-exported: its old home
+from .listing import Listed as Listed  # noqa: PLC0414 - re-exported: its old home
+from .listing import list_prefix as list_prefix  # noqa: PLC0414
+from .listing import translated
 from .progress import ProgressCallback
 from .request_args import ExtraArgs, redacted
 from .results import DownloadResult
@@ -117,6 +121,7 @@ async def download_many(
     limit = ctx.config.max_concurrency
     source = _pull(items)
     running: set[asyncio.Task[DownloadResult]] = set()
+    finished = _Finished()
     exhausted = False
     try:
         while True:
@@ -134,29 +139,58 @@ async def download_many(
                 except InvalidRequestError as refusal:
                     yield failed(refusal.bucket, refusal.key, "", refusal, strategy)
                     continue
-                running.add(
-                    asyncio.create_task(
-                        _one(
-                            ctx,
-                            request,
-                            strategy=strategy,
-                            extra_args=extra_args,
-                            timeout=timeout,
-                            progress=progress,
-                        )
+                task = asyncio.create_task(
+                    _one(
+                        ctx,
+                        request,
+                        strategy=strategy,
+                        extra_args=extra_args,
+                        timeout=timeout,
+                        progress=progress,
                     )
                 )
+                task.add_done_callback(finished.add)
+                running.add(task)
             if not running:
                 return
-            done, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
-                yield task.result()
+            if not finished.tasks:
+                await finished.wait()
+            # One result, then the freed slot is filled again before the next.
+            task = finished.tasks.popleft()
+            running.discard(task)
+            yield task.result()
     finally:
         for task in running:
             task.cancel()
         # Wait for the cancelled downloads to remove their temp files.
         await asyncio.gather(*running, return_exceptions=True)
         await source.aclose()
+
+
+class _Finished:
+    """The downloads that have ended, in the order they ended. ``asyncio.wait`` would
+    add and remove a callback on every running download at each wake (64 of each at
+    concurrency 64, for the one or few that ended): here each adds one, once."""
+
+    __slots__ = ("_waiter", "tasks")
+
+    def __init__(self) -> None:
+        self.tasks: deque[asyncio.Task[DownloadResult]] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+
+    def add(self, task: asyncio.Task[DownloadResult]) -> None:
+        """A download's done callback."""
+        self.tasks.append(task)
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    async def wait(self) -> None:
+        """Until a download ends."""
+        self._waiter = asyncio.get_running_loop().create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
 
 
 async def _one(
@@ -344,55 +378,6 @@ class _Places:
             self._files.pop(result.path, None)  # on disk: os.makedirs sees it now
 
 
-@dataclass(frozen=True, slots=True)
-class Listed:
-    """One object of a prefix's listing, and where it lands under the destination."""
-
-    key: str
-    size: int
-    etag: str | None
-    #: Its path under the destination; ``None`` when the key is refused (``refusal``).
-    relative: PurePosixPath | None
-    refusal: str | None = None
-
-
-async def list_prefix(
-    pages: AsyncGenerator[dict[str, Any]],
-    *,
-    bucket: str,
-    prefix: str,
-    filters: Filters | None,
-) -> AsyncGenerator[Listed]:
-    """The objects in ``pages``, the listing of the folder ``prefix`` (ending in ``/``,
-    or empty), that ``filters`` include, folder markers left out, each with its place;
-    nothing is written. A listing that fails raises its ``DownloadError``."""
-    with _translated(bucket, prefix):
-        async with contextlib.aclosing(pages):  # closed early: the page ahead is cancelled
-            async for page in pages:
-                for entry in page.get("Contents", ()):
-                    key, size = entry["Key"], int(entry["Size"])
-                    if key.endswith("/") and size == 0:
-                        continue  # a folder marker, not a file
-                    if filters is not None and not filters.includes(key[len(prefix) :]):
-                        continue
-                    try:
-                        relative, refusal = relative_path(key, prefix), None
-                    except ValueError as exc:
-                        relative, refusal = None, str(exc)
-                    yield Listed(key, size, entry.get("ETag"), relative, refusal)
-
-
-@contextlib.contextmanager
-def _translated(bucket: str, prefix: str) -> Iterator[None]:
-    """A listing's failure as a ``DownloadError`` on the prefix."""
-    try:
-        yield
-    except DownloadError:
-        raise
-    except Exception as exc:
-        raise translate(exc, bucket=bucket, key=prefix) from exc
-
-
 async def _list_requests(
     ctx: Context,
     *,
@@ -410,7 +395,7 @@ async def _list_requests(
     pages = ctx.list_pages(bucket, prefix, params=params)
     listing = list_prefix(pages, bucket=bucket, prefix=prefix, filters=filters)
     # A directory that cannot be made (the root, say) fails the listing, as a page would.
-    with _translated(bucket, prefix):
+    with translated(bucket, prefix):
         async with contextlib.aclosing(listing):
             async for item in listing:
                 key, size, etag = item.key, item.size, item.etag

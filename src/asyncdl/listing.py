@@ -4,17 +4,25 @@ An engine's own client has botocore's retries off (asyncdl owns them), so one
 503 SlowDown or reset on any page would end a listing of millions of keys. Each
 page gets ``config.max_attempts``; a retry asks for the page that failed again
 (its ContinuationToken), never for the listing from the start.
+
+:func:`list_prefix` reads the objects of a folder's pages, each with its place under
+a destination (nothing written).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Mapping
+import contextlib
+from collections.abc import AsyncGenerator, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import PurePosixPath
 from typing import Any
 
 from .adaptive import Budget
 from .config import TransferConfig
-from .errors import DownloadError
+from .errors import DownloadError, translate
+from .filters import Filters
+from .key_paths import relative_path
 from .retry import after_failure
 from .stats import OK, THROTTLED, Counters, outcome
 
@@ -105,3 +113,52 @@ async def list_pages(
         if ahead is not None:
             ahead.cancel()
             await asyncio.gather(ahead, return_exceptions=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Listed:
+    """One object of a prefix's listing, and where it lands under the destination."""
+
+    key: str
+    size: int
+    etag: str | None
+    #: Its path under the destination; ``None`` when the key is refused (``refusal``).
+    relative: PurePosixPath | None
+    refusal: str | None = None
+
+
+async def list_prefix(
+    pages: AsyncGenerator[dict[str, Any]],
+    *,
+    bucket: str,
+    prefix: str,
+    filters: Filters | None,
+) -> AsyncGenerator[Listed]:
+    """The objects in ``pages``, the listing of the folder ``prefix`` (ending in ``/``,
+    or empty), that ``filters`` include, folder markers left out, each with its place;
+    nothing is written. A listing that fails raises its ``DownloadError``."""
+    with translated(bucket, prefix):
+        async with contextlib.aclosing(pages):  # closed early: the page ahead is cancelled
+            async for page in pages:
+                for entry in page.get("Contents", ()):
+                    key, size = entry["Key"], int(entry["Size"])
+                    if key.endswith("/") and size == 0:
+                        continue  # a folder marker, not a file
+                    if filters is not None and not filters.includes(key[len(prefix) :]):
+                        continue
+                    try:
+                        relative, refusal = relative_path(key, prefix), None
+                    except ValueError as exc:
+                        relative, refusal = None, str(exc)
+                    yield Listed(key, size, entry.get("ETag"), relative, refusal)
+
+
+@contextlib.contextmanager
+def translated(bucket: str, prefix: str) -> Iterator[None]:
+    """A listing's failure as a ``DownloadError`` on the prefix."""
+    try:
+        yield
+    except DownloadError:
+        raise
+    except Exception as exc:
+        raise translate(exc, bucket=bucket, key=prefix) from exc

@@ -99,10 +99,18 @@ class QuickIO:
     async def call(self, function: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
         """``function(*args, **kwargs)``: on the loop while that is quick, else in the
         default executor."""
-        call = functools.partial(function, *args, **kwargs)
         if not self.allowed():
+            call = functools.partial(function, *args, **kwargs)
             return await asyncio.get_running_loop().run_in_executor(None, call)
-        return self.timed(call)
+        # As ``timed``, with no partial made for the call on the loop (one per object).
+        collected = _collections
+        started = time.perf_counter()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            seconds = time.perf_counter() - started
+            if _collections == collected:
+                self.took(seconds)
 
     def timed(self, function: Callable[[], _T]) -> _T:
         """``function()`` here, on the loop, its time counted (see :meth:`took`)

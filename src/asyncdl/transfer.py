@@ -17,6 +17,8 @@ file, kept on failure, and one an earlier attempt left is continued (see ``resum
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 from typing import Any
 
 from . import resume
@@ -46,13 +48,16 @@ async def run(ctx: Context, job: Job, progress: ProgressCallback | None) -> Down
     url = job.url
     obj = ctx.s3_object(job.bucket, job.key, job.extra_args) if url is None else ctx.url_object(url)
     reporter = Reporter(progress)
-    # A body of unknown length is spooled beside the target, read as any other.
-    obj.spool_to = SpoolTo(str(job.target.parent), ctx.config.read_timeout, ctx.bandwidth, reporter)
-    deadline = asyncio.timeout(job.timeout)
+    # A body of unknown length is spooled beside the target, read as any other. (The
+    # parent as a string, not as a Path made only to be turned back into one.)
+    directory = os.path.dirname(str(job.target)) or "."
+    obj.spool_to = SpoolTo(directory, ctx.config.read_timeout, ctx.bandwidth, reporter)
+    # No timeout, no Timeout object entered and left for nothing.
+    deadline = None if job.timeout is None else asyncio.timeout(job.timeout)
     temp: TempFile | None = None
     found = resume.Resume()
     try:
-        async with deadline:
+        async with deadline or _NO_DEADLINE:
             discovery, verification, temp = await _fetch_verified(ctx, obj, job, reporter, found)
         # Every byte is in and checked: publishing is the last step, outside the
         # timeout, and once started it completes even if the task is cancelled (a
@@ -63,7 +68,7 @@ async def run(ctx: Context, job: Job, progress: ProgressCallback | None) -> Down
         if temp is not None:
             temp.discard()
         await reporter.rewind()  # nothing of it was kept
-        if isinstance(exc, TimeoutError) and deadline.expired():
+        if isinstance(exc, TimeoutError) and deadline is not None and deadline.expired():
             error = obj.error(f"did not finish within {job.timeout:g}s")
         else:
             error = translate(exc, bucket=job.bucket, key=job.key)
@@ -367,6 +372,8 @@ def first_failure(group: BaseExceptionGroup[BaseException]) -> BaseException:
             return leaf
     return leaves[0] if leaves else asyncio.CancelledError()
 
+
+_NO_DEADLINE = contextlib.nullcontext()
 
 _FIT_FIRST_ANSWER = (
     "the object fit in the first, ranged answer, which carries no checksum, and no "

@@ -19,10 +19,7 @@ finishes, whatever happens to the task that awaits it, and
 cannot stop a rename already running in a thread; only by waiting for it can the
 caller tell what is on disk.
 
-Temp names: ``.NAME.XXXXXXXX.asyncdl-tmp`` (``.NAME.RUN-XXXXXXXX.asyncdl-tmp`` in a
-Dask run, so that its sweep removes its own leftovers and nothing else), with NAME
-cut short where the whole would pass the file system's limit on a name's bytes:
-any name the file system takes as a target must work.
+Temp files are named by :mod:`asyncdl.temp_names`.
 """
 
 from __future__ import annotations
@@ -32,12 +29,9 @@ import base64
 import contextlib
 import errno
 import os
-import random
-import re
 import stat
 import threading
 from collections.abc import Sequence
-from contextvars import ContextVar
 from pathlib import Path
 from typing import TypeVar
 
@@ -46,65 +40,21 @@ from aiofiles.os import wrap
 from . import quick_io
 from .checksums import crc_function, sha_of
 from .file_writes import CrcOf, WriteHops, crc_of, write_all
+from .temp_names import NAME_MAX, temp_name
+from .temp_names import TEMP_RUN as TEMP_RUN  # noqa: PLC0414 - re-exported: its old home
+from .temp_names import cut_name as cut_name  # noqa: PLC0414
+from .temp_names import is_temp_file as is_temp_file  # noqa: PLC0414
 
 try:
     import fcntl
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
-_TEMP_SUFFIX = ".asyncdl-tmp"
 _Crc = TypeVar("_Crc")
+#: The limit on a name's bytes first assumed (see ``temp_names``).
+_NAME_MAX = NAME_MAX
 _FLAGS = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
 _READ_SIZE = 1024 * 1024
-#: Bytes in a name on nearly every file system; a smaller limit is asked of the file
-#: system only when a name is refused (no extra call on the usual path).
-_NAME_MAX = 255
-_RANDOM = re.compile(r"[0-9a-f]{8}")
-
-#: The run a download belongs to, put into its temp file's name: set by
-#: ``asyncdl.dask`` around a partition's downloads (tasks inherit it), ``None``
-#: elsewhere. Lower-case hex.
-TEMP_RUN: ContextVar[str | None] = ContextVar("asyncdl_temp_run", default=None)
-
-
-def temp_path_for(target: Path, run: str | None = None, name_max: int | None = None) -> Path:
-    """A fresh temp path next to ``target``, within ``name_max`` bytes (default 255)."""
-    # Unique, not secret: the file is created O_EXCL (a taken name gets another), so
-    # no os.urandom call (a syscall, and the GIL given up, per object) is needed; the
-    # random module reseeds itself in a forked child.
-    token = f"{random.getrandbits(32):08x}"
-    tail = f".{run}-{token}{_TEMP_SUFFIX}" if run else f".{token}{_TEMP_SUFFIX}"
-    room = (name_max or _NAME_MAX) - 1 - len(tail)
-    return target.with_name(f".{cut_name(target.name, room)}{tail}")
-
-
-def cut_name(name: str, room: int) -> str:
-    """The longest start of ``name`` within ``room`` bytes as the file system encodes
-    it, whole characters only (a UTF-8 name is never cut inside a character)."""
-    if len(os.fsencode(name)) <= room:
-        return name
-    used = 0
-    for count, char in enumerate(name):
-        used += len(os.fsencode(char))
-        if used > room:
-            return name[:count]
-    return name
-
-
-def is_temp_file(name: str, *, run: str | None = None) -> bool:
-    """Whether a file name is one of asyncdl's temp files (tests and cleanup use it);
-    with ``run``, one of that Dask run's."""
-    if not (name.startswith(".") and name.endswith(_TEMP_SUFFIX)):
-        return False
-    if run is None:
-        return True
-    stem = name[: -len(_TEMP_SUFFIX)]
-    marker = f".{run}-"
-    return (
-        len(stem) > len(marker) + 9
-        and stem[-8 - len(marker) : -8] == marker
-        and _RANDOM.fullmatch(stem[-8:]) is not None
-    )
 
 
 class _Discarded(Exception):
@@ -126,7 +76,9 @@ class TempFile:
         self.size = size
         self._run = TEMP_RUN.get()
         self._name_max = _NAME_MAX
-        self.path = temp_path_for(target, self._run)
+        # Kept as a string: the file calls take one, and a Path is made only if asked.
+        self._parent = os.path.dirname(str(target))
+        self._path = self._fresh_path()
         #: Whether the target was replaced: true from the moment ``os.replace`` succeeded.
         self.published = False
         self._fsync = fsync
@@ -138,12 +90,26 @@ class TempFile:
         self._closed = False
         #: A deferred file's whole content, held until commit writes it in one go.
         self._whole: bytes | None = None
-        #: Writes go to the executor in hops that take all the writes of a loop turn.
-        self._hops = WriteHops(self._write_sync)
+        #: Writes go to the executor in hops that take all the writes of a loop turn;
+        #: made by the first such write. It refers back to this file, a cycle only the
+        #: garbage collector frees: a small file published in one go makes none.
+        self._hops: WriteHops | None = None
 
     @property
     def opened(self) -> bool:
         return self._fd >= 0
+
+    @property
+    def path(self) -> Path:
+        """Where the bytes are written until published."""
+        return Path(self._path)
+
+    @path.setter
+    def path(self, path: Path) -> None:
+        self._path = os.fspath(path)
+
+    def _fresh_path(self) -> str:
+        return os.path.join(self._parent, temp_name(self.target.name, self._run, self._name_max))
 
     # -- executor calls, each counted in and out --------------------------------
     def _enter(self) -> None:
@@ -168,7 +134,7 @@ class TempFile:
         shorter one if the file system's names are shorter than usual."""
         for _ in range(8):
             try:
-                fd = os.open(self.path, _FLAGS, 0o666)
+                fd = os.open(self._path, _FLAGS, 0o666)
                 if hold(fd):
                     self._created = True
                     return fd
@@ -179,10 +145,10 @@ class TempFile:
                 if exc.errno != errno.ENAMETOOLONG or self._name_max != _NAME_MAX:
                     raise
                 limit = _name_max(self.target.parent)
-                if limit is None or limit >= len(os.fsencode(self.path.name)):
+                if limit is None or limit >= len(os.fsencode(os.path.basename(self._path))):
                     raise  # not the name's length: the whole path is too long
                 self._name_max = limit
-            self.path = temp_path_for(self.target, self._run, self._name_max)
+            self._path = self._fresh_path()
         raise FileExistsError(errno.EEXIST, "no unique temp file name", str(self.target))
 
     def _open_sync(self) -> None:
@@ -193,7 +159,7 @@ class TempFile:
                 preallocate(fd, self.size)
             except BaseException:
                 os.close(fd)
-                os.unlink(self.path)
+                os.unlink(self._path)
                 self._created = False
                 raise
             self._fd = fd
@@ -225,9 +191,15 @@ class TempFile:
             await self.open()
             if self._whole is not None:
                 whole, self._whole = self._whole, None
-                await self._hops.write(0, [whole], None, None)
-        result: _Crc = await self._hops.write(offset, chunks, crc, previous)
+                await self._write_hops().write(0, [whole], None, None)
+        result: _Crc = await self._write_hops().write(offset, chunks, crc, previous)
         return result
+
+    def _write_hops(self) -> WriteHops:
+        hops = self._hops
+        if hops is None:
+            hops = self._hops = WriteHops(self._write_sync)
+        return hops
 
     def _write_sync(
         self, offset: int, chunks: Sequence[bytes], crc: CrcOf[_Crc] | None, previous: _Crc
@@ -255,7 +227,7 @@ class TempFile:
             while offset < end:
                 block = os.pread(self._fd, min(_READ_SIZE, end - offset), offset)
                 if not block:
-                    raise OSError(errno.EIO, "temp file shorter than written", str(self.path))
+                    raise OSError(errno.EIO, "temp file shorter than written", self._path)
                 hasher.update(block)
                 offset += len(block)
             return _b64(hasher.digest())
@@ -277,7 +249,7 @@ class TempFile:
             while offset < end:
                 block = os.pread(self._fd, min(_READ_SIZE, end - offset), offset)
                 if not block:
-                    raise OSError(errno.EIO, "temp file shorter than written", str(self.path))
+                    raise OSError(errno.EIO, "temp file shorter than written", self._path)
                 crc = update(block, crc)
                 offset += len(block)
             return crc
@@ -290,6 +262,7 @@ class TempFile:
         Once called, it runs to the end: a cancellation (or timeout) that lands
         meanwhile waits for it, then goes on; :attr:`published` tells whether the
         target was replaced."""
+        self._hops = None  # every write is done: the cycle through it goes now
         policy = quick_io.QUICK_IO
         if not self.opened and not self._fsync and policy.allowed():
             policy.timed(self._publish_sync)
@@ -328,14 +301,14 @@ class TempFile:
             if self._fsync:
                 os.fsync(fd)
             if mode is not None:
-                os.chmod(self.path, mode)
+                os.chmod(self._path, mode)
             if os.name != "nt":  # renamed while open, so still locked (see ``hold``)
-                os.replace(self.path, self.target)
+                os.replace(self._path, self.target)
                 self.published = True
         finally:
             os.close(fd)
         if not self.published:  # Windows renames no open file
-            os.replace(self.path, self.target)
+            os.replace(self._path, self.target)
         self.published = True
         if self._fsync:
             _fsync_directory(self.target.parent)
@@ -368,6 +341,7 @@ class TempFile:
                 return
             self._closed = True
             self._whole = None
+            self._hops = None  # a write still queued keeps what it needs
             busy = self._pending > 0
         if not busy:
             self._remove()
@@ -380,7 +354,7 @@ class TempFile:
         finally:
             if self._created:
                 with contextlib.suppress(FileNotFoundError):
-                    os.unlink(self.path)
+                    os.unlink(self._path)
 
 
 def hold(fd: int) -> bool:
