@@ -56,9 +56,10 @@ def commands(endpoint: str, bucket: str, presigned: str) -> dict[str, list[str]]
         "python -c 'import asyncdl'": [sys.executable, "-c", "import asyncdl"],
         "asyncdl cp (1 KiB)": [asyncdl, "cp", url, "x", "--endpoint-url", endpoint],
         "s5cmd cp (1 KiB)": [s5cmd, "--endpoint-url", endpoint, "cp", url, "x"],
-        # The same object through a presigned URL: a command that needs no S3 client.
+        # The same object through a presigned URL: no S3 client, no botocore.
         "asyncdl cp URL (1 KiB)": [asyncdl, "cp", presigned, "x"],
         "asyncdl cat URL (1 KiB)": [asyncdl, "cat", presigned],
+        "asyncdl cat --range URL": [asyncdl, "cat", "--range", "0-9", presigned],
         "aiobotocore: client only": [*floor, "--client-only"],
         "aiobotocore: cp (1 KiB)": [*floor, url, "x"],
     }
@@ -99,13 +100,20 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nmedian of {args.runs} runs; server: {server.name}; no proxy")
     print(f"(RSS is never below the launching worker's own peak, {floor / 1024:.1f} MiB)")
     print(f"{'command':<28} {'wall s':>7} {'CPU s':>7} {'RSS MiB':>8}")
-    for name, samples in table.items():
-        wall, cpu, rss = (statistics.median(column) for column in zip(*samples, strict=True))
+    medians = {
+        name: [statistics.median(column) for column in zip(*samples, strict=True)]
+        for name, samples in table.items()
+    }
+    for name, (wall, cpu, rss) in medians.items():
         print(f"{name:<28} {wall:>7.3f} {cpu:>7.3f} {rss:>8.1f}")
     if args.json:
         document = {"runs": args.runs, "server": server.name, "floor_kib": floor}
         # Each command's runs as [wall s, CPU s, RSS MiB].
         Path(args.json).write_text(json.dumps(document | {"table": table}, indent=2) + "\n")
+    wall_s3, cpu_s3, _ = medians["asyncdl cp (1 KiB)"]
+    for name in ("asyncdl cp URL (1 KiB)", "asyncdl cat URL (1 KiB)", "asyncdl cat --range URL"):
+        wall, cpu, _ = medians[name]
+        print(f"{name} / asyncdl cp (1 KiB): wall {wall / wall_s3:.2f}, CPU {cpu / cpu_s3:.2f}")
     return 0
 
 

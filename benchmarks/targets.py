@@ -201,7 +201,7 @@ def judge_startup(document: dict[str, Any], letter: str) -> list[Row]:
     table = document["table"]
     base = "asyncdl cp (1 KiB)"
     rows = []
-    for name in ("asyncdl cp URL (1 KiB)", "asyncdl cat URL (1 KiB)"):
+    for name in ("asyncdl cp URL (1 KiB)", "asyncdl cat URL (1 KiB)", "asyncdl cat --range URL"):
         what = f"start-up: `{name.removesuffix(' (1 KiB)')}` against `asyncdl cp s3://`, wall"
         if name not in table or base not in table:
             rows.append(Row("4", what, "-", base, None, "<= 0.6x", "FAILED", letter))

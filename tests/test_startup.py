@@ -19,11 +19,21 @@ from asyncdl.testing.tcp_proxy import TcpProxy
 #: What a download needs and a command that only prints should not pay for: the S3
 #: client stack, its HTTP library, the CRC library and the progress bar's library.
 HEAVY = frozenset({"aiobotocore", "aiohttp", "awscrt", "botocore", "rich"})
+#: The S3 client's stack (most of what a download's start-up imports): a URL needs
+#: none of it. botocore's exceptions are light, and its errors are raised for a URL's.
+S3_CLIENT = (
+    "aiobotocore",
+    "botocore.auth",
+    "botocore.httpsession",
+    "botocore.session",
+    "botocore.utils",
+)
 
 
-def imported_by(code: Sequence[str], cwd: Path) -> tuple[int, set[str]]:
+def imported_by(code: Sequence[str], cwd: Path, *, modules: bool = False) -> tuple[int, set[str]]:
     """Run ``python -X importtime CODE...``: its exit status and the top-level packages it
-    imported (read from the interpreter's own report on stderr, not from the code)."""
+    imported, or with ``modules`` every module (read from the interpreter's own report on
+    stderr, not from the code)."""
     run = subprocess.run(
         [sys.executable, "-X", "importtime", *code],
         capture_output=True,
@@ -33,9 +43,10 @@ def imported_by(code: Sequence[str], cwd: Path) -> tuple[int, set[str]]:
         check=False,
     )
     names = {
-        line.rpartition("|")[2].strip().split(".")[0]
+        name if modules else name.split(".")[0]
         for line in run.stderr.splitlines()
         if line.startswith("import time:")
+        for name in [line.rpartition("|")[2].strip()]
     }
     assert "asyncdl" in names, run.stderr  # the report was read, and the package imported
     return run.returncode, names
@@ -107,10 +118,43 @@ def test_import_asyncdl_imports_no_s3_stack(tmp_path: Path) -> None:
 
 
 def test_a_download_imports_what_it_needs(tmp_path: Path) -> None:
-    # The premise of the tests above: the report does show the S3 stack when it is used.
+    # The premise of the tests above: the report does show the S3 stack when it is used
+    # (the client is created, and aiobotocore loaded, when the engine opens).
     code, names = imported_by(["-c", "from asyncdl import Engine"], tmp_path)
     assert code == 0
-    assert {"aiobotocore", "aiohttp", "botocore"} <= names
+    assert {"aiohttp", "botocore"} <= names
+    assert "aiobotocore" not in names
+    code, names = imported_by(["-c", OPEN_ENGINE], tmp_path, modules=True)
+    assert code == 0
+    assert set(S3_CLIENT) <= names
+
+
+OPEN_ENGINE = (
+    "import asyncio, asyncdl\n"
+    "async def main():\n"
+    "    async with asyncdl.Engine():\n"
+    "        pass\n"
+    "asyncio.run(main())\n"
+)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["cp", "{url}", "{tmp}/x"], ["cat", "{url}"], ["cat", "--range", "0-9", "{url}"]],
+    ids=["cp", "cat", "cat --range"],
+)
+def test_a_url_command_makes_no_s3_client(
+    command: list[str], s3: Any, bucket: str, tmp_path: Path
+) -> None:
+    s3.put_object(Bucket=bucket, Key="k", Body=b"0123456789abcdef")
+    url = s3.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": "k"})
+    argv = [arg.format(url=url, tmp=tmp_path) for arg in command]
+    code, names = imported_by(["-m", "asyncdl.cli", *argv], tmp_path, modules=True)
+    assert code == 0
+    assert "aiohttp" in names  # the report does show the HTTP stack the download used
+    assert sorted(name for name in names if name.startswith(S3_CLIENT)) == []
+    if command[0] == "cp":
+        assert (tmp_path / "x").read_bytes() == b"0123456789abcdef"
 
 
 def test_every_public_name_is_there_when_asked_for() -> None:

@@ -27,28 +27,36 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 import tempfile
 from dataclasses import dataclass
 from typing import IO, Any
 
 import aiohttp
-from aiobotocore.response import AioStreamingBody
 
 from .bandwidth import TokenBucket
 from .errors import RetryableError
 from .progress import Reporter
 
 
+def _response_of(body: Any) -> aiohttp.ClientResponse | None:
+    """The aiohttp answer a body reads: a URL's body is that answer itself; an S3 GET's
+    is under a plain aiobotocore body. ``None`` for any other body: a subclass does work
+    on its reads (botocore's checksum check, for a client that validates responses
+    itself) that reading past it would skip. aiobotocore's class is looked up, not
+    imported: a body of it exists only once it is loaded (a URL command never loads it)."""
+    if not isinstance(body, aiohttp.ClientResponse):
+        loaded = sys.modules.get("aiobotocore.response")
+        if loaded is None or type(body) is not loaded.AioStreamingBody:
+            return None
+        body = getattr(body, "_raw_stream", None)
+    return body if isinstance(body, aiohttp.ClientResponse) else None
+
+
 def _stream_of(body: Any) -> aiohttp.StreamReader | None:
-    """The aiohttp stream under a plain aiobotocore body, or ``None`` for any other
-    body: a subclass does work on its reads (botocore's checksum check, for a client
-    that validates responses itself) that reading past it would skip."""
-    if type(body) is not AioStreamingBody:
-        return None
-    raw = getattr(body, "_raw_stream", None)
-    if not isinstance(raw, aiohttp.ClientResponse):
-        return None
-    content = raw.content
+    """The aiohttp stream under a plain body (see :func:`_response_of`), or ``None``."""
+    raw = _response_of(body)
+    content = raw.content if raw is not None else None
     return content if isinstance(content, aiohttp.StreamReader) else None
 
 
@@ -107,13 +115,14 @@ class BodyReader:
         #: Bytes aiohttp may hold ahead of the reader; the bytes asked of a body that
         #: is not aiohttp's (it has no pieces of its own).
         self._size = size
-        self._stream = _stream_of(body)
-        if self._stream is not None:
+        raw = _response_of(body)
+        self._stream = _stream_of(raw)
+        if raw is not None and self._stream is not None:
             # Half a write's worth waiting in aiohttp, and socket reads of that much at
             # most: with the write being gathered and the one in flight, a response
             # holds about two writes' worth (see parts.write_target).
             _hold_at_most(self._stream, size // 2)
-            _read_at_most(body._raw_stream, size // 2)
+            _read_at_most(raw, size // 2)
         self._loop = asyncio.get_running_loop()
         self._last = self._loop.time()
         self._paused = False

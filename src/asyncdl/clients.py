@@ -8,9 +8,6 @@ from collections.abc import Mapping
 from contextlib import AsyncExitStack
 from typing import Any
 
-from aiobotocore.config import AioConfig
-from aiobotocore.session import get_session
-
 from .adaptive import SLOT, Budget
 from .config import TransferConfig
 from .stats import NETWORK_ERROR, OK, THROTTLED, Counters, answer_outcome
@@ -34,6 +31,11 @@ async def create_default_client(
     the CPU of parsing a 1000-key listing page, for a value asyncdl never reads. Only
     for a client nobody else sees (the command's): others expect datetimes.
     """
+    # Here, not at the top: an engine that makes no client (a URL command's) never
+    # loads aiobotocore.
+    from aiobotocore.config import AioConfig  # noqa: PLC0415
+    from aiobotocore.session import get_session  # noqa: PLC0415
+
     client_config = AioConfig(
         max_pool_connections=pool_size(config),
         # The engine decides what it validates; botocore's default would ask every

@@ -9,15 +9,14 @@ reaches back up to it.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
-from aiobotocore.httpsession import AIOHTTPSession
-from aiohttp import hdrs
-from aiohttp.client_middlewares import ClientHandlerType
 
+from . import url_session
 from .adaptive import Budget
 from .bandwidth import TokenBucket
 from .body_reader import SpoolTo
@@ -57,6 +56,7 @@ class Context:
     #: The engine's own HTTP session for URL downloads, made when first needed by a
     #: client whose HTTP session cannot carry them; closed by :meth:`close`.
     _url_session: aiohttp.ClientSession | None = field(default=None, init=False)
+    _url_session_made: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
     #: Set once the engine has closed: what still holds the context (a random-access
     #: reader) must not send through a closed client or count in a closed engine.
     closed: bool = field(default=False, init=False)
@@ -121,46 +121,25 @@ class Context:
 
     async def url_route(self, url: str) -> Route:
         """Where requests to ``url`` go: the client's own HTTP session (its pool,
-        proxies, TLS settings and timeouts), or the engine's when it has none to lend."""
+        proxies, TLS settings and timeouts), or the engine's when it has none to lend
+        (:mod:`asyncdl.url_session`: set up as the default client's would be)."""
         route = None
         http_session = getattr(getattr(self.client, "_endpoint", None), "http_session", None)
-        if isinstance(http_session, AIOHTTPSession):
+        if http_session is not None:
             route = await route_for(http_session, url)
         if route is None:
-            route = Route(self._own_session(), None, {})
+            async with self._url_session_made:  # one session, its bundle read once
+                session = self._url_session
+                if session is None:
+                    config = self.config
+                    session = self._url_session = await url_session.open_session(
+                        pool_size(config), config.connect_timeout, config.read_timeout
+                    )
+            route = Route(session, None, {})
         return route
-
-    def _own_session(self) -> aiohttp.ClientSession:
-        """A session for a client that has none to lend (another HTTP backend), set up
-        as the default client's: the pool, the timeouts, proxies from the environment
-        (``trust_env``: looked up for each hop of a redirect, as aiohttp does), but no
-        ``~/.netrc`` login sent to the URL's host (see :func:`_no_login`)."""
-        if self._url_session is None:
-            config = self.config
-            self._url_session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=pool_size(config)),
-                timeout=aiohttp.ClientTimeout(
-                    sock_connect=config.connect_timeout, sock_read=config.read_timeout
-                ),
-                auto_decompress=False,
-                trust_env=True,
-                middlewares=(_no_login,),
-            )
-        return self._url_session
 
     async def close(self) -> None:
         self.closed = True
         if self._url_session is not None:
             session, self._url_session = self._url_session, None
             await session.close()
-
-
-async def _no_login(
-    request: aiohttp.ClientRequest, send: ClientHandlerType
-) -> aiohttp.ClientResponse:
-    """Send no ``Authorization``: none is ever set for a URL, so one here is the login
-    ``trust_env`` found in ``~/.netrc`` for the host. A presigned URL carries its own
-    credential (a second one breaks it) and a URL's host is told no secret of the user's.
-    (A proxy's login found there is sent to the proxy, as aiohttp documents.)"""
-    request.headers.popall(hdrs.AUTHORIZATION, None)
-    return await send(request)

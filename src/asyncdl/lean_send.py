@@ -15,9 +15,9 @@ import os
 import socket
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlparse
 
 import aiohttp
-from aiobotocore.httpsession import AIOHTTPSession
 from botocore.exceptions import (
     ConnectionClosedError,
     ConnectTimeoutError,
@@ -27,11 +27,13 @@ from botocore.exceptions import (
     ReadTimeoutError,
     SSLError,
 )
-from botocore.httpsession import mask_proxy_url
 from yarl import URL
 
 #: aiobotocore adds a Host header per request when this is set: its own path does that.
 _PROXY_HOST_HEADER = "BOTO_EXPERIMENTAL__ADD_PROXY_HOST_HEADER"
+#: Where a session that picks its proxy per hop (the engine's own: ``url_session``)
+#: notes on a proxy's failure which proxy it was.
+PROXY_TRIED = "asyncdl_proxy"
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,9 +45,16 @@ class Route:
     proxy_headers: dict[str, str]
 
 
-async def route_for(http_session: AIOHTTPSession, url: str) -> Route | None:
+async def route_for(http_session: object, url: str) -> Route | None:
     """The route aiobotocore would take for ``url``; ``None`` where only its own
-    ``send`` does what the client is configured to do."""
+    ``send`` does what the client is configured to do, or the session is not one of
+    aiobotocore's."""
+    # Here, not at the top: only a client's session comes here, and aiobotocore is
+    # loaded with it (a URL command makes no client and never loads it).
+    from aiobotocore.httpsession import AIOHTTPSession  # noqa: PLC0415
+
+    if not isinstance(http_session, AIOHTTPSession):
+        return None
     if os.environ.get(_PROXY_HOST_HEADER, "").lower() == "true":
         return None
     try:
@@ -79,7 +88,8 @@ async def send(
     except aiohttp.ClientSSLError as exc:
         raise SSLError(endpoint_url=url_shown, error=exc) from exc
     except (aiohttp.ClientProxyConnectionError, aiohttp.ClientHttpProxyError) as exc:
-        raise ProxyConnectionError(proxy_url=mask_proxy_url(route.proxy), error=exc) from exc
+        proxy = getattr(exc, PROXY_TRIED, route.proxy)
+        raise ProxyConnectionError(proxy_url=_masked(proxy), error=exc) from exc
     except (
         aiohttp.ServerDisconnectedError,
         aiohttp.ClientPayloadError,
@@ -96,3 +106,14 @@ async def send(
         raise ReadTimeoutError(endpoint_url=url_shown, error=exc) from exc
     except Exception as exc:
         raise HTTPClientError(error=exc) from exc
+
+
+def _masked(proxy_url: str | None) -> str | None:
+    """The proxy's URL with its login masked, as botocore's ``mask_proxy_url`` shows it."""
+    if proxy_url is None:
+        return None
+    parts = urlparse(proxy_url)
+    for secret in (parts.username, parts.password):
+        if secret:
+            proxy_url = proxy_url.replace(secret, "***", 1)
+    return proxy_url

@@ -39,18 +39,23 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from http.client import responses
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 from xml.etree import ElementTree
 
-from aiobotocore.httpsession import AIOHTTPSession
-from aiobotocore.response import AioStreamingBody
 from botocore.exceptions import ClientError
-from botocore.utils import percent_encode
 
 from .lean_send import Route, route_for
 from .lean_send import send as send_on
 from .request_args import ExtraArgs
-from .sigv4 import Signer
+
+# aiobotocore and botocore's signer are imported where a client's requests need them:
+# a URL download shares this module's answers and errors and never loads them.
+if TYPE_CHECKING:
+    from aiobotocore.httpsession import AIOHTTPSession
+    from aiobotocore.response import AioStreamingBody
+
+    from .sigv4 import Signer
 
 _SENTINEL = "asyncdl-template-7f3a9c"
 # Headers the signer sets per request, or that are unique per request.
@@ -201,6 +206,8 @@ class SignedGets:
             not verifies
         ):
             return None  # botocore checks what this client's GETs bring: keep its check
+        from aiobotocore.httpsession import AIOHTTPSession  # noqa: PLC0415 - see the imports
+
         if not isinstance(session, AIOHTTPSession):
             return None
         return cls(client, verifies=verifies)
@@ -309,7 +316,7 @@ class SignedGets:
         if if_match is not None:
             extra["If-Match"] = if_match
         headers.update(extra)
-        encoded_key = percent_encode(key, safe="/~")
+        encoded_key = quote(key, safe="/~")  # botocore's percent_encode: UTF-8, then quote
         url = template.url_prefix + encoded_key + template.url_suffix
         if part_number is not None:
             url += f"{'&' if '?' in url else '?'}partNumber={part_number}"
@@ -344,6 +351,8 @@ class SignedGets:
 def streaming_body(raw: Any, headers: Mapping[str, str]) -> AioStreamingBody:
     """aiobotocore's body of an open aiohttp answer; it checks the length at its end
     when one was sent (a malformed one is refused where the answer is parsed)."""
+    from aiobotocore.response import AioStreamingBody  # noqa: PLC0415 - see the imports
+
     try:
         length = body_length(headers)
     except ValueError:
@@ -376,6 +385,8 @@ def _template_from(request: Any, *, operation: str, after_redirect: bool) -> Get
     kept = tuple((n, v) for n, v in headers.items() if n.lower() not in _PER_REQUEST)
     signer = None
     if scope is not None:
+        from .sigv4 import Signer  # noqa: PLC0415 - botocore's signer: see the imports
+
         payload_hash = lowered.get("x-amz-content-sha256")
         if payload_hash is None:
             return None  # not S3SigV4Auth's request: nothing here would sign it the same

@@ -42,7 +42,6 @@ from .signed_get import (
     RawResponse,
     body_length,
     error_response,
-    streaming_body,
 )
 from .stats import OK, Counters
 
@@ -174,7 +173,7 @@ class UrlObject(S3Object):
             return length
         try:
             response = Response.from_raw(
-                RawResponse(raw.status, raw.headers, streaming_body(raw, raw.headers)),
+                RawResponse(raw.status, raw.headers, raw),
                 raw.release,
             )
         except ValueError as exc:  # a Transfer-Encoding it may not use
@@ -199,9 +198,9 @@ class UrlObject(S3Object):
             raise self.error("a URL cannot be fetched by upload part (PartNumber)")
         range_header = byte_range.header() if byte_range is not None else None
         raw = await self._request(range_header, if_match)
-        return self._wrap(
+        return self._wrap(  # the body is aiohttp's answer itself (see body_reader)
             Response.from_raw,
-            RawResponse(raw.status, raw.headers, streaming_body(raw, raw.headers)),
+            RawResponse(raw.status, raw.headers, raw),
         )
 
     async def _request(self, range_header: str | None, if_match: str | None) -> Any:

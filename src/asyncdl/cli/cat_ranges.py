@@ -49,7 +49,7 @@ async def _ranges_to(
     sink: Any,
     output: Output,
 ) -> None:
-    async with _open_engine(settings, output) as engine:
+    async with _open_engine(settings, output, source=source) as engine:
         try:
             if isinstance(source, HttpUrl):
                 asked = [r.resolve(None) for r in ranges]

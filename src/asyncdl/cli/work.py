@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import click
 
-from .. import interrupts, partial_paths, quick_io
+from .. import interrupts, partial_paths, quick_io, url_session
 from ..bulk import failed
 from ..clients import create_default_client
 from ..engine import Engine
@@ -54,14 +54,30 @@ def tuned_collector() -> Iterator[None]:
             gc.unfreeze()
 
 
+class _NoS3Client:
+    """What a command's engine holds for a URL instead of an S3 client: a URL needs none,
+    and creating one (botocore's client stack) was most of such a command's start-up.
+    It lends no HTTP session: the engine's own fetches the URL, set up as this client's
+    would have been (``asyncdl.url_session``)."""
+
+
 @asynccontextmanager
-async def _open_engine(settings: Settings, output: Output | None = None) -> AsyncIterator[Engine]:
-    """The command's engine; with ``--debug``, its stats go to ``output`` as it closes
-    (whatever the end: the numbers of a failed run are the interesting ones)."""
+async def _open_engine(
+    settings: Settings, output: Output | None = None, *, source: S3Url | HttpUrl | None = None
+) -> AsyncIterator[Engine]:
+    """The command's engine, for ``source`` (``None``: S3 objects); with ``--debug``, its
+    stats go to ``output`` as it closes (whatever the end: the numbers of a failed run
+    are the interesting ones)."""
     async with AsyncExitStack() as stack:
-        client = await create_default_client(
-            stack, settings.config, endpoint_url=settings.endpoint_url, timestamps_as_text=True
-        )
+        client: Any = _NoS3Client()
+        if isinstance(source, HttpUrl):
+            # The AWS config read now, as the client's creation read it: a missing
+            # profile or a broken file fails the command before anything is sent.
+            await asyncio.to_thread(url_session.ca_bundle)
+        else:
+            client = await create_default_client(
+                stack, settings.config, endpoint_url=settings.endpoint_url, timestamps_as_text=True
+            )
         engine = await stack.enter_async_context(Engine(client, config=settings.config))
         stack.enter_context(tuned_collector())
         try:
@@ -76,7 +92,7 @@ async def copy_one(
 ) -> None:
     if not settings.config.resume:
         await _discard_partial(target, output)
-    async with _open_engine(settings, output) as engine:
+    async with _open_engine(settings, output, source=source) as engine:
         try:
             if isinstance(source, HttpUrl):
                 result = await engine.download_url(source.url, target, progress=output.progress)
@@ -161,7 +177,7 @@ async def _stream_to(
     settings: Settings, source: S3Url | HttpUrl, sink: Any, output: Output
 ) -> None:
     """Copy the object into ``sink``; ``ReaderGone`` if the sink's reader went away."""
-    async with _open_engine(settings, output) as engine:
+    async with _open_engine(settings, output, source=source) as engine:
         if isinstance(source, HttpUrl):
             stream = engine.stream_url(source.url, progress=output.progress)
         else:

@@ -1,0 +1,141 @@
+"""The engine's own HTTP session for URL downloads (a client that lends none, or no
+client at all: a URL command makes none), set up as botocore sets up the default S3
+client's, without loading botocore's client stack (most of a URL command's start-up):
+
+- TLS trusts one CA bundle, botocore's choice: ``AWS_CA_BUNDLE``, else the profile's
+  ``ca_bundle`` in the AWS config files, else ``REQUESTS_CA_BUNDLE``, else certifi's
+  bundle (botocore's own ``cacert.pem`` without certifi); not the system's store.
+- The proxy is chosen for each hop of a redirect, as botocore chooses one for a URL:
+  ``HTTP_PROXY``/``HTTPS_PROXY`` by the hop's scheme unless ``NO_PROXY`` names its
+  host (upper or lower case), ``http://`` put before a proxy given without a scheme;
+  a login in the proxy's URL goes to the proxy as ``Proxy-Authorization``; an
+  ``https://`` proxy is spoken to over TLS, trusting the same bundle.
+- No ``~/.netrc``: aiohttp's ``trust_env`` would send its logins to the URL's host
+  and to the proxy. (A login in the URL itself is sent, as a client's session does.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import ssl
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import urlparse
+from urllib.request import getproxies, proxy_bypass
+
+import aiohttp
+import botocore
+from aiohttp.client_middlewares import ClientHandlerType
+from botocore import configloader
+from botocore.exceptions import ConfigNotFound, InvalidConfigError, ProfileNotFound
+from yarl import URL
+
+from .lean_send import PROXY_TRIED
+
+
+def ca_bundle() -> str:
+    """The CA bundle botocore's default client trusts (reads the AWS config files: not
+    on the loop). Fails as creating that client does: ``ProfileNotFound`` for a
+    profile named but in neither file, ``ConfigParseError``, ``InvalidConfigError``
+    for an empty setting."""
+    env = os.environ
+    verify: Any = env.get("AWS_CA_BUNDLE")
+    profile = _profile()  # read whatever the bundle: a missing profile fails a client
+    if verify is None:
+        verify = profile.get("ca_bundle")
+    if verify is None:
+        verify = env.get("REQUESTS_CA_BUNDLE", True)
+    if isinstance(verify, str) and not verify.strip():
+        raise InvalidConfigError(
+            error_msg=(
+                "Invalid CA bundle: the configured value (ca_bundle, AWS_CA_BUNDLE, "
+                "REQUESTS_CA_BUNDLE, or verify) resolved to an empty or whitespace-only "
+                "string. Provide a valid path to a CA bundle file."
+            )
+        )
+    if verify is not True:
+        return str(verify)
+    try:
+        import certifi  # noqa: PLC0415 - as botocore.httpsession looks for it
+    except ImportError:
+        return os.path.join(os.path.dirname(botocore.__file__), "cacert.pem")
+    return str(certifi.where())
+
+
+def _profile() -> Mapping[str, Any]:
+    """The profile's settings, as botocore's session finds them: the config file's
+    profiles with the credentials file's merged in."""
+    env = os.environ
+    try:
+        config = configloader.load_config(env.get("AWS_CONFIG_FILE", "~/.aws/config"))
+    except ConfigNotFound:
+        config = {"profiles": {}}
+    profiles: dict[str, dict[str, Any]] = config["profiles"]
+    credentials = env.get("AWS_SHARED_CREDENTIALS_FILE", "~/.aws/credentials")
+    try:
+        for name, values in configloader.raw_config_parse(credentials).items():
+            profiles.setdefault(name, {}).update(values)
+    except ConfigNotFound:
+        pass
+    name = env.get("AWS_DEFAULT_PROFILE", env.get("AWS_PROFILE"))
+    if name is None:
+        return profiles.get("default", {})
+    if name not in profiles:
+        raise ProfileNotFound(profile=name)
+    return profiles[name]
+
+
+def verified_context() -> ssl.SSLContext:
+    """TLS as botocore's HTTP session sets it up (its ``create_urllib3_context``,
+    verification on): only the bundle is trusted, the host name checked. File reads:
+    not on the loop."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.options |= ssl.OP_NO_COMPRESSION | ssl.OP_NO_TICKET
+    context.post_handshake_auth = True
+    context.load_verify_locations(ca_bundle())
+    return context
+
+
+def proxy_for(url: str) -> str | None:
+    """The proxy botocore would send a request to ``url`` through (its
+    ``get_environ_proxies`` and ``ProxyConfiguration.proxy_url_for``)."""
+    parts = urlparse(url)
+    try:
+        if proxy_bypass(parts.netloc):
+            return None
+    except (TypeError, socket.gaierror):
+        pass
+    proxy: str | None = getproxies().get(parts.scheme)
+    if not proxy or proxy.startswith(("http:", "https:")):
+        return proxy or None
+    return ("http:" if proxy.startswith("//") else "http://") + proxy
+
+
+async def open_session(
+    pool: int, connect_timeout: float, read_timeout: float
+) -> aiohttp.ClientSession:
+    """A new session (``pool`` connections; the timeouts per connect and per read)."""
+    context = await asyncio.to_thread(verified_context)
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=pool, ssl=context),
+        timeout=aiohttp.ClientTimeout(sock_connect=connect_timeout, sock_read=read_timeout),
+        auto_decompress=False,
+        middlewares=(_proxy_per_hop,),
+    )
+
+
+async def _proxy_per_hop(
+    request: aiohttp.ClientRequest, send: ClientHandlerType
+) -> aiohttp.ClientResponse:
+    """Each hop through the proxy :func:`proxy_for` picks for it (aiohttp calls a
+    middleware once per hop of a redirect). A proxy's failure notes which proxy it was,
+    for the error that names it (``lean_send``)."""
+    proxy = proxy_for(str(request.url))
+    request.update_proxy(None if proxy is None else URL(proxy), None, None)
+    try:
+        return await send(request)
+    except (aiohttp.ClientProxyConnectionError, aiohttp.ClientHttpProxyError) as exc:
+        setattr(exc, PROXY_TRIED, proxy)
+        raise
