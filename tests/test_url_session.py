@@ -27,6 +27,7 @@ from click.testing import CliRunner
 
 import asyncdl
 from asyncdl.cli import cli
+from asyncdl.lean_send import _masked
 
 from .conftest import CHUNK, payload
 from .test_url import _closed_port
@@ -364,3 +365,42 @@ async def test_a_proxy_that_cannot_be_reached_is_named_without_its_login(
     assert "alice" not in said
     assert "X-Amz" not in said
     assert not origin.requests
+
+
+@pytest.mark.parametrize(
+    "proxy",
+    [
+        "http://[::1",
+        "http://127.0.0.1:99999",
+        "http://:8080",
+        " http://127.0.0.1:8080",
+        "http://127.0.0.1:8080 ",
+        "http://",
+    ],
+)
+@pytest.mark.parametrize("way", WAYS)
+async def test_a_malformed_proxy_fails_at_once_as_a_configuration_error(
+    way: str, proxy: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As botocore refuses it where it builds its session: not retried as a network
+    failure, not blamed on the URL, and nothing sent."""
+    monkeypatch.setenv("HTTP_PROXY", proxy)
+    async with Origin(ranges_served(BODY, etag=ETAG, chunked=False)) as origin:
+        got, said = await fetched(way, origin.url(f"/obj?{SECRET}"), tmp_path)
+    assert got == b""
+    assert "proxies_config" in said, said
+    assert "attempts" not in said, said
+    assert "X-Amz" not in said
+    assert not origin.requests
+
+
+@pytest.mark.parametrize(
+    ("proxy", "shown"),
+    [
+        ("http://h:p@127.0.0.1:1", "http://***:***@127.0.0.1:1"),  # "h" is in "http" too
+        ("http://127.0.0.1:1", "http://127.0.0.1:1"),
+        ("https://user@proxy:8443/x", "https://***:***@proxy:8443/x"),
+    ],
+)
+def test_a_proxys_login_is_masked_where_it_is(proxy: str, shown: str) -> None:
+    assert _masked(proxy) == shown

@@ -15,7 +15,7 @@ import os
 import socket
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 from botocore.exceptions import (
@@ -23,6 +23,7 @@ from botocore.exceptions import (
     ConnectTimeoutError,
     EndpointConnectionError,
     HTTPClientError,
+    InvalidProxiesConfigError,
     ProxyConnectionError,
     ReadTimeoutError,
     SSLError,
@@ -104,16 +105,19 @@ async def send(
         raise EndpointConnectionError(endpoint_url=url_shown, error=exc) from exc
     except TimeoutError as exc:
         raise ReadTimeoutError(endpoint_url=url_shown, error=exc) from exc
+    except InvalidProxiesConfigError:
+        raise  # a setting to fix (the engine's own session checks its proxy per hop)
     except Exception as exc:
         raise HTTPClientError(error=exc) from exc
 
 
 def _masked(proxy_url: str | None) -> str | None:
-    """The proxy's URL with its login masked, as botocore's ``mask_proxy_url`` shows it."""
+    """The proxy's URL with its login masked (botocore's ``mask_proxy_url`` replaces the
+    login's first occurrence anywhere: a user "h" masked the scheme's "h")."""
     if proxy_url is None:
         return None
-    parts = urlparse(proxy_url)
-    for secret in (parts.username, parts.password):
-        if secret:
-            proxy_url = proxy_url.replace(secret, "***", 1)
-    return proxy_url
+    parts = urlsplit(proxy_url)
+    if parts.username is None and parts.password is None:
+        return proxy_url
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"***:***@{host}"))

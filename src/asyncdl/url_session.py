@@ -29,7 +29,12 @@ import aiohttp
 import botocore
 from aiohttp.client_middlewares import ClientHandlerType
 from botocore import configloader
-from botocore.exceptions import ConfigNotFound, InvalidConfigError, ProfileNotFound
+from botocore.exceptions import (
+    ConfigNotFound,
+    InvalidConfigError,
+    InvalidProxiesConfigError,
+    ProfileNotFound,
+)
 from yarl import URL
 
 from .lean_send import PROXY_TRIED
@@ -95,6 +100,9 @@ def verified_context() -> ssl.SSLContext:
     context.options |= ssl.OP_NO_COMPRESSION | ssl.OP_NO_TICKET
     context.post_handshake_auth = True
     context.load_verify_locations(ca_bundle())
+    keylog = os.environ.get("SSLKEYLOGFILE")
+    if keylog:  # as botocore's context honours it, for a user debugging with Wireshark
+        context.keylog_filename = keylog
     return context
 
 
@@ -133,9 +141,24 @@ async def _proxy_per_hop(
     middleware once per hop of a redirect). A proxy's failure notes which proxy it was,
     for the error that names it (``lean_send``)."""
     proxy = proxy_for(str(request.url))
-    request.update_proxy(None if proxy is None else URL(proxy), None, None)
+    request.update_proxy(None if proxy is None else _parsed(proxy), None, None)
     try:
         return await send(request)
     except (aiohttp.ClientProxyConnectionError, aiohttp.ClientHttpProxyError) as exc:
         setattr(exc, PROXY_TRIED, proxy)
         raise
+
+
+def _parsed(proxy: str) -> URL:
+    """The proxy's URL; a malformed one (no host, a bad port, spaces: a setting to fix,
+    not a network failure to retry) raises ``InvalidProxiesConfigError``, as botocore
+    raises it where it sets up its session."""
+    try:
+        parsed = URL(proxy)
+        if not parsed.host or any(character.isspace() for character in proxy):
+            raise ValueError("no host, or spaces in it")
+        _ = parsed.port  # yarl checks the port's range only here
+    except ValueError:
+        # Not the ValueError's text: it may quote the proxy's URL, login and all.
+        raise InvalidProxiesConfigError(error="malformed proxy URL") from None
+    return parsed

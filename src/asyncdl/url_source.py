@@ -27,7 +27,13 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
-from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError, SSLError
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    HTTPClientError,
+    InvalidProxiesConfigError,
+    SSLError,
+)
 
 from .adaptive import Budget
 from .body_reader import SpoolTo
@@ -216,8 +222,12 @@ class UrlObject(S3Object):
         self.requests += 1
         try:
             raw = await send_on(self._route, "GET", self._url, headers, shown=self.key)
+        except InvalidProxiesConfigError:
+            # A setting to fix, not retried; made anew: what it came from may hold the
+            # proxy's login.
+            failure: Exception | None = InvalidProxiesConfigError(error="malformed proxy URL")
         except BotoCoreError as exc:
-            failure: Exception | None = self._scrubbed(exc)
+            failure = self._scrubbed(exc)
         else:
             failure = None
         if failure is not None:
