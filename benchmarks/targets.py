@@ -124,36 +124,25 @@ def batch_ratio(
 
 def judge_tiny(document: dict[str, Any], letter: str) -> list[Row]:
     rows = []
-    for loop, suffix, most in (("asyncio", "", 0.75), ("uvloop", "@uvloop", 0.9)):
-        for client, how in (("asyncdl-get-first", "GET-first"), ("asyncdl-listed", "listed")):
-            rows.append(
-                batch_ratio(
-                    document,
-                    target="1" if loop == "asyncio" else "1, 3",
-                    what=f"1000 x 1 KiB c64, {how}, {loop}: client CPU per object",
-                    metric="cpu_ms_per_object",
-                    unit="ms/obj",
-                    row=client + suffix,
-                    peer="obstore" + suffix,
-                    most=most,
-                    letter=letter,
+    for metric, unit, measure in (
+        ("cpu_ms_per_object", "ms/obj", "client CPU per object"),
+        ("wall_s", "s", "wall"),
+    ):
+        for loop, suffix, cpu_most in (("asyncio", "", 0.75), ("uvloop", "@uvloop", 0.9)):
+            for client, how in (("asyncdl-get-first", "GET-first"), ("asyncdl-listed", "listed")):
+                rows.append(
+                    batch_ratio(
+                        document,
+                        target="1" if loop == "asyncio" else "1, 3",
+                        what=f"1000 x 1 KiB c64, {how}, {loop}: {measure}",
+                        metric=metric,
+                        unit=unit,
+                        row=client + suffix,
+                        peer="obstore" + suffix,
+                        most=cpu_most if metric == "cpu_ms_per_object" else 1.0,
+                        letter=letter,
+                    )
                 )
-            )
-    for loop, suffix in (("asyncio", ""), ("uvloop", "@uvloop")):
-        for client, how in (("asyncdl-get-first", "GET-first"), ("asyncdl-listed", "listed")):
-            rows.append(
-                batch_ratio(
-                    document,
-                    target="1" if loop == "asyncio" else "1, 3",
-                    what=f"1000 x 1 KiB c64, {how}, {loop}: wall",
-                    metric="wall_s",
-                    unit="s",
-                    row=client + suffix,
-                    peer="obstore" + suffix,
-                    most=1.0,
-                    letter=letter,
-                )
-            )
     return rows
 
 

@@ -409,10 +409,16 @@ async def test_a_bad_target_or_checksum_is_refused_before_anything_is_sent(
 
 
 async def test_an_engine_whose_client_lends_no_session_uses_its_own(
-    s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path
+    s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """No credentials and no aiohttp session of a client: the engine opens (and closes)
-    its own session for URLs."""
+    its own session for URLs. It sends no ``.netrc`` login for the URL's host: a
+    presigned URL carries its own credential (another one breaks it), and a URL is told
+    no secret of the user's."""
+    netrc = tmp_path / "netrc"
+    netrc.write_text("machine 127.0.0.1 login alice password s3cret\n")
+    netrc.chmod(0o600)
+    monkeypatch.setenv("NETRC", str(netrc))
     body = payload(3 * CHUNK)
     s3.put_object(Bucket=bucket, Key="k", Body=body)
     url = presign(proxy, bucket, "k")
@@ -421,29 +427,10 @@ async def test_an_engine_whose_client_lends_no_session_uses_its_own(
         await engine.download_url(url, tmp_path / "k")
     assert (tmp_path / "k").read_bytes() == body
     assert len(proxy.requests) == 3
+    assert not any("authorization" in r.headers for r in proxy.requests)
     gc.collect()
     sessions = [obj for obj in gc.get_objects() if isinstance(obj, aiohttp.ClientSession)]
     assert all(session.closed for session in sessions)
-
-
-async def test_the_engines_own_session_sends_no_netrc_login(
-    s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A ``.netrc`` login for the URL's host is not sent: a presigned URL carries its own
-    credential (another one breaks it), and a URL is told no secret of the user's."""
-    netrc = tmp_path / "netrc"
-    netrc.write_text("machine 127.0.0.1 login alice password s3cret\n")
-    netrc.chmod(0o600)
-    monkeypatch.setenv("NETRC", str(netrc))
-    body = payload(2 * CHUNK)
-    s3.put_object(Bucket=bucket, Key="k", Body=body)
-    url = presign(proxy, bucket, "k")
-    config = asyncdl.TransferConfig(chunk_size=CHUNK)
-    async with asyncdl.Engine(SimpleNamespace(), config=config) as engine:
-        await engine.download_url(url, tmp_path / "out")
-    assert (tmp_path / "out").read_bytes() == body
-    assert len(proxy.requests) == 2
-    assert not any("authorization" in r.headers for r in proxy.requests)
 
 
 # -- the command ------------------------------------------------------------------------
