@@ -115,8 +115,9 @@ class BodyReader:
         #: Bytes aiohttp may hold ahead of the reader; the bytes asked of a body that
         #: is not aiohttp's (it has no pieces of its own).
         self._size = size
-        raw = _response_of(body)
-        self._stream = _stream_of(raw)
+        raw = _response_of(body)  # once per body: the stream is the answer's content
+        content = None if raw is None else raw.content
+        self._stream = content if isinstance(content, aiohttp.StreamReader) else None
         if raw is not None and self._stream is not None:
             # Half a write's worth waiting in aiohttp, and socket reads of that much at
             # most: with the write being gathered and the one in flight, a response
