@@ -14,8 +14,6 @@ from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
-
 from . import url_session
 from .adaptive import Budget
 from .bandwidth import TokenBucket
@@ -55,7 +53,7 @@ class Context:
     counters: Counters = field(default_factory=Counters)
     #: The engine's own HTTP session for URL downloads, made when first needed by a
     #: client whose HTTP session cannot carry them; closed by :meth:`close`.
-    _url_session: aiohttp.ClientSession | None = field(default=None, init=False)
+    _url_session: url_session.OwnSession | None = field(default=None, init=False)
     _url_session_made: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
     #: Set once the engine has closed: what still holds the context (a random-access
     #: reader) must not send through a closed client or count in a closed engine.
@@ -135,7 +133,7 @@ class Context:
                     session = self._url_session = await url_session.open_session(
                         pool_size(config), config.connect_timeout, config.read_timeout
                     )
-            route = Route(session, None, {})
+            route = Route(session.http, None, {})
         return route
 
     async def close(self) -> None:

@@ -12,21 +12,28 @@ client's, without loading botocore's client stack (most of a URL command's start
   ``https://`` proxy is spoken to over TLS, trusting the same bundle.
 - No ``~/.netrc``: aiohttp's ``trust_env`` would send its logins to the URL's host
   and to the proxy. (A login in the URL itself is sent, as a client's session does.)
+- Closing waits (briefly) for the connections still ending their TLS: the command's
+  loop closes right after, and one it finds open is leaked.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import socket
 import ssl
+import sys
+import weakref
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
 from urllib.request import getproxies, proxy_bypass
 
 import aiohttp
 import botocore
+from aiohappyeyeballs import AddrInfoType
 from aiohttp.client_middlewares import ClientHandlerType
 from botocore import configloader
 from botocore.exceptions import (
@@ -121,17 +128,63 @@ def proxy_for(url: str) -> str | None:
     return ("http:" if proxy.startswith("//") else "http://") + proxy
 
 
-async def open_session(
-    pool: int, connect_timeout: float, read_timeout: float
-) -> aiohttp.ClientSession:
+#: How long closing waits for connections still ending their TLS (a peer's
+#: close_notify answered): a slower peer's connection is left to the loop.
+CLOSING_GRACE = 1.0
+_CLOSING_POLL = 0.01
+
+#: Whether aiohttp's connector should abort, when it closes, the TLS connections it
+#: let go while they were still closing. It refuses the flag (with a warning) on the
+#: Pythons whose asyncio no longer needs it, but uvloop's transports still do there.
+_ABORT_CLOSING_TLS = sys.version_info < (3, 12, 8) or (3, 13, 0) <= sys.version_info < (3, 13, 1)
+
+
+@dataclass
+class OwnSession:
+    """The engine's own session, and the sockets it has opened."""
+
+    http: aiohttp.ClientSession
+    _sockets: weakref.WeakSet[socket.socket]
+
+    async def close(self) -> None:
+        """Close the session, then wait up to :data:`CLOSING_GRACE` for the sockets
+        still closing. A connection aiohttp let go after the server closed its TLS is
+        ending its own (through an https:// proxy: both layers, a round trip each);
+        asyncio on Python 3.11 keeps no handle to abort it by, so it can only be
+        waited for, and the loop that closes first finds it open."""
+        await self.http.close()
+        wait = 0.0  # a plain close ends on the loop's next turn
+        for _ in range(round(CLOSING_GRACE / _CLOSING_POLL) + 1):
+            await asyncio.sleep(wait)
+            if all(s.fileno() == -1 for s in self._sockets):
+                return
+            wait = _CLOSING_POLL
+
+
+async def open_session(pool: int, connect_timeout: float, read_timeout: float) -> OwnSession:
     """A new session (``pool`` connections; the timeouts per connect and per read)."""
     context = await asyncio.to_thread(verified_context)
-    return aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=pool, ssl=context),
+    sockets: weakref.WeakSet[socket.socket] = weakref.WeakSet()
+    http = aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(
+            limit=pool,
+            ssl=context,
+            socket_factory=functools.partial(_socket_for, sockets),
+            enable_cleanup_closed=_ABORT_CLOSING_TLS,
+        ),
         timeout=aiohttp.ClientTimeout(sock_connect=connect_timeout, sock_read=read_timeout),
         auto_decompress=False,
         middlewares=(_proxy_per_hop,),
     )
+    return OwnSession(http, sockets)
+
+
+def _socket_for(known: weakref.WeakSet[socket.socket], address: AddrInfoType) -> socket.socket:
+    """A socket for ``address`` (the connector's factory), added to ``known``."""
+    family, kind, proto, _, _ = address
+    opened = socket.socket(family=family, type=kind, proto=proto)
+    known.add(opened)
+    return opened
 
 
 async def _proxy_per_hop(
