@@ -9,8 +9,20 @@ every target from their medians:
   0.75 of obstore's on asyncio's loop and 0.9 on uvloop; wall at most obstore's;
 - one large object (``batch.py``, s3rver, 512 MiB, no proxy, c10, default settings,
   both loops): CPU per byte at most s5cmd's and 1.2 times ``plain-get-blocking``'s
-  (one aiobotocore stream, ``iter_chunks`` of 1 MiB, blocking writes on the loop);
-- uvloop: the uvloop rows of the two above exist and are met;
+  (one aiobotocore stream, ``iter_chunks`` of 1 MiB, blocking writes on the loop).
+  Beside s5cmd it shows the floor, what the stack allows: ``parallel-ranges-pwrite``
+  (aiobotocore ``get_object`` of 8 MiB ranges, c10, into a preallocated file, each
+  1 MiB piece written with ``os.pwrite`` on the loop; no checksum, temp file or
+  retry), measured in the same run, and asyncdl's ratio to it, bound at 1.1x. The
+  s5cmd row is MET when asyncdl's CPU per byte is at most s5cmd's; MET AT FLOOR when
+  it is not but the floor itself is above s5cmd and asyncdl is within 1.1x of the
+  floor; NOT MET otherwise. Why: a bound that the leanest parallel download on
+  aiobotocore does not reach judges the stack, not asyncdl; 1.1x of a prototype that
+  checks and retries nothing is what an engine with temp files, retries, resumable
+  parts and verification is held to instead (tighter than the 1.2x of the one-stream
+  bound, because the floor makes the ranged GETs asyncdl makes);
+- uvloop: the uvloop rows of the two above exist and are met (MET AT FLOOR when a
+  row is met only at the floor; the floor's own rows are not targets);
 - the command: ``asyncdl cp -r`` of 10,000 tiny objects (``batch.py``, c64) in at
   most ``s5cmd cp``'s wall, and ``asyncdl cp`` / ``cat`` of a URL starting in at
   most 0.6 of ``asyncdl cp s3://``'s wall (``startup.py``);
@@ -20,8 +32,10 @@ every target from their medians:
   never more GETs open at once than ``max_concurrency``.
 
 It prints one table (target, what, asyncdl, peer, ratio, required, verdict, and the
-command of the row) after the scripts' own output. A target not met is a result, not
-an error: the exit status is 1 only when a script failed or a file came out wrong.
+command of the row) after the scripts' own output. A verdict is MET, NOT MET, MET AT
+FLOOR (above), SHOWN (a figure asked for beside a peer's, with no bound) or FAILED. A
+target not met is a result, not an error: the exit status is 1 only when a script
+failed or a file came out wrong.
 
     python benchmarks/targets.py --runs 5
     python benchmarks/targets.py --runs 1 --listing-objects 20000     # a quick look
@@ -40,7 +54,8 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +71,12 @@ LISTING_CONCURRENCY = 64
 #: held more bodies than its concurrency would show it (as the README's run does).
 IN_FLIGHT_LATENCY_MS = 200
 IN_FLIGHT_OBJECTS = 5000
+#: The leanest parallel ranged download on asyncdl's stack (benchmarks/peers.py).
+FLOOR = "parallel-ranges-pwrite"
+#: asyncdl's CPU per byte within this of the floor's meets the s5cmd bound when the
+#: floor itself is above s5cmd (the module's docstring says why).
+FLOOR_MOST = 1.1
+FLOOR_WHAT = "the parallel-range floor"
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,26 +168,60 @@ def judge_tiny(document: dict[str, Any], letter: str) -> list[Row]:
 
 
 def judge_large(document: dict[str, Any], letter: str) -> list[Row]:
+    """Per loop: asyncdl against s5cmd, the parallel-range floor against s5cmd, asyncdl
+    against that floor, and asyncdl against one stream. The s5cmd row is MET AT FLOOR
+    when the floor is above s5cmd and asyncdl within ``FLOOR_MOST`` of the floor."""
     rows = []
     for loop, suffix in (("asyncio", ""), ("uvloop", "@uvloop")):
-        for peer, most, what in (
-            ("s5cmd", 1.0, "s5cmd (Go)"),
-            ("plain-get-blocking" + suffix, 1.2, "one stream written on the loop"),
-        ):
-            rows.append(
-                batch_ratio(
-                    document,
-                    target="2" if loop == "asyncio" else "2, 3",
-                    what=f"512 MiB c10 no proxy, {loop}: CPU per byte against {what}",
-                    metric="cpu_s_per_gib",
-                    unit="s/GiB",
-                    row="asyncdl-get-first" + suffix,
-                    peer=peer,
-                    most=most,
-                    letter=letter,
-                )
-            )
+        ratio = partial(
+            batch_ratio,
+            document,
+            target="2" if loop == "asyncio" else "2, 3",
+            metric="cpu_s_per_gib",
+            unit="s/GiB",
+            letter=letter,
+        )
+        where = f"512 MiB c10 no proxy, {loop}: CPU per byte"
+        mine, floor = "asyncdl-get-first" + suffix, FLOOR + suffix
+        against_s5cmd = ratio(what=f"{where} against s5cmd (Go)", row=mine, peer="s5cmd", most=1.0)
+        floor_row = ratio(
+            what=f"{where} of {FLOOR_WHAT} against s5cmd",
+            row=floor,
+            peer="s5cmd",
+            most=1.0,
+        )
+        at_floor = ratio(
+            what=f"{where} against {FLOOR_WHAT}",
+            row=mine,
+            peer=floor,
+            most=FLOOR_MOST,
+        )
+        floor_above = floor_row.ratio is not None and floor_row.ratio > 1.0
+        near = at_floor.verdict.startswith("MET")
+        if against_s5cmd.verdict.startswith("NOT MET") and floor_above and near:
+            said = against_s5cmd.verdict.replace("NOT MET", "MET AT FLOOR")
+            against_s5cmd = replace(against_s5cmd, verdict=said)
+        rows += [
+            replace(against_s5cmd, required=f"<= 1x, or <= {FLOOR_MOST:g}x a floor above it"),
+            # What the stack allows, beside s5cmd: bound by nothing.
+            replace(floor_row, required="beside s5cmd's", verdict=unbound(floor_row.verdict)),
+            at_floor,
+            ratio(
+                what=f"{where} against one stream written on the loop",
+                row=mine,
+                peer="plain-get-blocking" + suffix,
+                most=1.2,
+            ),
+        ]
     return rows
+
+
+def unbound(said: str) -> str:
+    """A judged row's verdict as a figure shown with no bound (FAILED stays)."""
+    for judged in ("NOT MET", "MET"):
+        if said.startswith(judged):
+            return "SHOWN" + said.removeprefix(judged)
+    return said
 
 
 def judge_command(document: dict[str, Any], letter: str) -> list[Row]:
@@ -286,13 +341,23 @@ def judge_in_flight(document: dict[str, Any], letter: str) -> list[Row]:
 
 
 def uvloop_summary(rows: list[Row]) -> Row:
-    """Target 3 in the table: every uvloop row of targets 1 and 2, met."""
-    mine = [r for r in rows if "uvloop" in r.what and r.target in ("1, 3", "2, 3")]
+    """Target 3 in the table: every uvloop row of targets 1 and 2, met (MET AT FLOOR
+    when one is met only at the floor)."""
+    # The floor's rows are not targets: they say what the stack allows.
+    mine = [
+        r
+        for r in rows
+        if "uvloop" in r.what and r.target in ("1, 3", "2, 3") and FLOOR_WHAT not in r.what
+    ]
     met = sum(r.verdict == "MET" for r in mine)
+    at_floor = sum(r.verdict == "MET AT FLOOR" for r in mine)
     said = "MET" if mine and met == len(mine) else "NOT MET"
+    if mine and at_floor and met + at_floor == len(mine):
+        said = "MET AT FLOOR"
+    counted = f"{met} of {len(mine)} met" + (f", {at_floor} at the floor" if at_floor else "")
     what = "uvloop rows of the tiny and the large workload, each met"
     letters = ", ".join(dict.fromkeys(r.command for r in mine))
-    return Row("3", what, f"{met} of {len(mine)} met", "-", None, "all", said, letters)
+    return Row("3", what, counted, "-", None, "all", said, letters)
 
 
 # -- running the scripts ---------------------------------------------------------------------
@@ -311,7 +376,7 @@ def workloads(args: argparse.Namespace) -> dict[str, Workload]:
         "asyncdl-get-first,asyncdl-listed,obstore",
     ]
     against_stream = ["--baseline", "plain-get-blocking"]
-    against_stream += ["--clients", "asyncdl-get-first,plain-get-blocking,s5cmd"]
+    against_stream += ["--clients", f"asyncdl-get-first,plain-get-blocking,{FLOOR},s5cmd"]
     against_s5cmd = ["--baseline", "s5cmd", "--clients", "asyncdl-cli,s5cmd"]
     listing = ["--objects", str(args.listing_objects), "--tools", "asyncdl,s5cmd"]
     both = ["--loop", "both"]
@@ -377,6 +442,14 @@ def notes(chosen: dict[str, Workload], listing_objects: int) -> list[str]:
             "plain-get-blocking is one aiobotocore get_object stream (iter_chunks of 1 MiB) "
             "written with blocking writes on the loop: the leanest a Python stream gets, "
             "with no thread hop per write.",
+        )
+        found.append(
+            f"{FLOOR} is the leanest parallel ranged download on the same stack: "
+            "aiobotocore get_object of 8 MiB ranges (asyncdl's default chunk_size), c10, "
+            "the first bringing the size, the rest pinned to its ETag, the file "
+            "preallocated and each 1 MiB piece written with os.pwrite on the loop; no "
+            "checksum, temp file or retry. When it is above s5cmd, s5cmd's bound is below "
+            f"what the stack allows, and asyncdl within {FLOOR_MOST:g}x of it is MET AT FLOOR.",
         )
     if "listing" in chosen and listing_objects < LISTING_TARGET:
         found.append(

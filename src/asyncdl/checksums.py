@@ -14,32 +14,46 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from awscrt import checksums as crt
-
-try:
-    # ISA-L's CRC32 (the zlib polynomial, S3's CRC32) runs at tens of GB/s where
-    # awscrt's runs at about 3: the difference between a CRC32 check costing a third
-    # of a large download's CPU and costing a few percent. Where no wheel installs it,
-    # awscrt computes the same values.
-    from isal.isal_zlib import crc32 as _crc32
-except ImportError:  # pragma: no cover - depends on the platform
-    _crc32 = crt.crc32
-
 #: Preference order when a response carries more than one.
 ALGORITHMS = ("CRC64NVME", "CRC32C", "CRC32", "SHA256", "SHA1")
 CRC_ALGORITHMS = frozenset({"CRC64NVME", "CRC32C", "CRC32"})
 
-_CRC: dict[str, tuple[Callable[[bytes, int], int], Callable[[int, int, int], int], int]] = {
-    "CRC32": (_crc32, crt.combine_crc32, 4),
-    "CRC32C": (crt.crc32c, crt.combine_crc32c, 4),
-    "CRC64NVME": (crt.crc64nvme, crt.combine_crc64nvme, 8),
-}
+_Crc = Callable[[bytes, int], int]
+_Combine = Callable[[int, int, int], int]
+#: Bytes of each CRC's value.
+_CRC_BYTES = {"CRC32": 4, "CRC32C": 4, "CRC64NVME": 8}
+
+
+@functools.cache
+def _crcs() -> dict[str, tuple[_Crc, _Combine]]:
+    """Each CRC's function and its combine math. Loaded when first asked: awscrt's C
+    extension takes about 30 ms to import, most of what a URL command that meets no
+    checksum would add to its start-up (the S3 commands load it with botocore anyway)."""
+    from awscrt import checksums as crt  # noqa: PLC0415
+
+    crc32: _Crc
+    try:
+        # ISA-L's CRC32 (the zlib polynomial, S3's CRC32) runs at tens of GB/s where
+        # awscrt's runs at about 3: the difference between a CRC32 check costing a third
+        # of a large download's CPU and costing a few percent. Where no wheel installs
+        # it, awscrt computes the same values.
+        from isal.isal_zlib import crc32  # noqa: PLC0415
+    except ImportError:  # pragma: no cover - depends on the platform
+        crc32 = crt.crc32
+    return {
+        "CRC32": (crc32, crt.combine_crc32),
+        "CRC32C": (crt.crc32c, crt.combine_crc32c),
+        "CRC64NVME": (crt.crc64nvme, crt.combine_crc64nvme),
+    }
+
+
 _SHA = {"SHA1": "sha1", "SHA256": "sha256"}
 _COMPOSITE = re.compile(r"(.+)-(\d+)")
 
@@ -83,7 +97,11 @@ def parse_checksum(text: str) -> ExpectedChecksum:
         length = len(base64.b64decode(checksum.value, validate=True))
     except binascii.Error:
         raise ValueError(f"{algorithm} checksum {checksum.value!r} is not base64") from None
-    expected = _CRC[algorithm][2] if algorithm in _CRC else hashlib.new(_SHA[algorithm]).digest_size
+    expected = (
+        _CRC_BYTES[algorithm]
+        if algorithm in _CRC_BYTES
+        else hashlib.new(_SHA[algorithm]).digest_size
+    )
     if length != expected:
         raise ValueError(
             f"a {algorithm} checksum is {expected} bytes (base64), {checksum.value!r} is {length}"
@@ -144,19 +162,24 @@ def _make(
 
 def raw_crc(algorithm: str, crc: int) -> bytes:
     """A CRC as the big-endian bytes S3 base64-encodes (and concatenates for a COMPOSITE)."""
-    return crc.to_bytes(_CRC[algorithm][2], "big")
+    return crc.to_bytes(_CRC_BYTES[algorithm], "big")
 
 
 def composite_of(algorithm: str, part_checksums: list[bytes]) -> str:
     """S3's COMPOSITE checksum: the algorithm over the concatenated raw part checksums."""
     joined = b"".join(part_checksums)
-    if algorithm in _CRC:
+    if algorithm in _CRC_BYTES:
         return encode_crc(algorithm, crc_function(algorithm)(joined, 0))
     return base64.b64encode(sha_of(algorithm, joined).digest()).decode("ascii")
 
 
 def crc_function(algorithm: str) -> Callable[[bytes, int], int]:
-    return _CRC[algorithm][0]
+    return _crcs()[algorithm][0]
+
+
+def combine_function(algorithm: str) -> Callable[[int, int, int], int]:
+    """The CRC of two runs of bytes from theirs and the second's length."""
+    return _crcs()[algorithm][1]
 
 
 #: The CRCs :func:`every_crc` runs, in its tuple's order.
@@ -169,7 +192,14 @@ def every_crc(data: bytes, previous: SpeculatedCrcs | int) -> SpeculatedCrcs:
     not known yet (a HEAD will tell): the three together cost about one SHA256 pass
     of a tenth of the bytes, so a part need not be read back from the file later."""
     c32, c32c, c64 = previous if isinstance(previous, tuple) else (0, 0, 0)
-    return _crc32(data, c32), crt.crc32c(data, c32c), crt.crc64nvme(data, c64)
+    crc32, crc32c, crc64nvme = _speculated()
+    return crc32(data, c32), crc32c(data, c32c), crc64nvme(data, c64)
+
+
+@functools.cache
+def _speculated() -> tuple[_Crc, _Crc, _Crc]:
+    crcs = _crcs()
+    return crcs["CRC32"][0], crcs["CRC32C"][0], crcs["CRC64NVME"][0]
 
 
 def encode_crc(algorithm: str, crc: int) -> str:
@@ -189,7 +219,7 @@ class CrcCombiner:
 
     def __init__(self, algorithm: str) -> None:
         self.algorithm = algorithm
-        self._combine = _CRC[algorithm][1]
+        self._combine = combine_function(algorithm)
         self._crc = 0
         self._next = 0
         self._waiting: dict[int, tuple[int, int]] = {}

@@ -26,17 +26,15 @@ an older version (a line per write) of a very large object is still read.
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import json
 import os
 import zlib
-from collections.abc import Callable, Container, Iterable, Iterator
+from collections.abc import Container, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from awscrt import checksums as crt
-
-from .checksums import CRC_ALGORITHMS, SPECULATED, crc_function, every_crc
+from .checksums import CRC_ALGORITHMS, SPECULATED, combine_function, crc_function, every_crc
 from .file_writes import CrcOf
 
 VERSION = 1
@@ -59,12 +57,6 @@ COMPACT_AT = 1024 * 1024
 _READ_SIZE = 1024 * 1024
 #: Bits of a CRC, by algorithm: a wider value is no CRC (and awscrt's combine refuses it).
 _WIDTH = {"CRC64NVME": 64}
-#: CRC combine math, by algorithm (awscrt's, as ``checksums.CrcCombiner`` uses).
-_COMBINE: dict[str, Callable[[int, int, int], int]] = {
-    "CRC32": crt.combine_crc32,
-    "CRC32C": crt.combine_crc32c,
-    "CRC64NVME": crt.combine_crc64nvme,
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,7 +235,7 @@ def merge(ranges: list[Recorded], *, open_starts: Container[int], size: int) -> 
             continue
         length = end - start
         combined = {
-            name: _COMBINE[name](crc, crcs[name], length)
+            name: combine_function(name)(crc, crcs[name], length)
             for name, crc in last[2].items()
             if name in crcs
         }
@@ -258,17 +250,17 @@ def content(header: Header, ranges: Iterable[Recorded], *, fsync: bool) -> bytes
     return b"".join(lines)
 
 
-_ALGORITHM_OF = {}
-for _name in CRC_ALGORITHMS:
-    with contextlib.suppress(KeyError):
-        _ALGORITHM_OF[crc_function(_name)] = _name
+@functools.cache
+def _algorithm_of() -> dict[CrcOf[Any], str]:
+    # Built when first asked, as the CRC functions are loaded (see checksums._crcs).
+    return {crc_function(name): name for name in CRC_ALGORITHMS}
 
 
 def crcs_of(crc: CrcOf[Any] | None, value: Any) -> dict[str, int]:
     """A part's running CRC as the journal records it, by algorithm."""
     if crc is every_crc and isinstance(value, tuple):
         return dict(zip(SPECULATED, value, strict=True))
-    name = _ALGORITHM_OF.get(crc) if crc is not None else None
+    name = _algorithm_of().get(crc) if crc is not None else None
     return {name: value} if name is not None and isinstance(value, int) else {}
 
 
