@@ -27,13 +27,12 @@ import sys
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 from urllib.request import getproxies, proxy_bypass
 
 import aiohttp
 import botocore
-from aiohappyeyeballs import AddrInfoType
 from aiohttp.client_middlewares import ClientHandlerType
 from botocore import configloader
 from botocore.exceptions import (
@@ -45,6 +44,9 @@ from botocore.exceptions import (
 from yarl import URL
 
 from .lean_send import PROXY_TRIED
+
+if TYPE_CHECKING:
+    from aiohappyeyeballs import AddrInfoType  # aiohttp's own dependency
 
 
 def ca_bundle() -> str:
