@@ -28,6 +28,7 @@ import pytest
 from click.testing import CliRunner
 
 import asyncdl
+from asyncdl import url_session
 from asyncdl.cli import cli
 from asyncdl.lean_send import _masked
 
@@ -373,7 +374,7 @@ async def test_a_command_through_an_https_proxy_leaves_no_connection_open(
     when the peer closes first, so there this test can only catch it on uvloop."""
     bundle, tls = certificate(tmp_path, "lab")
     monkeypatch.setenv("AWS_CA_BUNDLE", str(bundle))
-    proxy = Proxy(tls=tls, stall=0.3)
+    proxy = Proxy(tls=tls, stall=url_session.CLOSING_GRACE + 0.5)  # slower than it waits
     async with (
         proxy.running(),
         Origin(ranges_served(BODY, etag=ETAG, chunked=False), tls=tls) as origin,

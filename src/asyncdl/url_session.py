@@ -130,8 +130,8 @@ def proxy_for(url: str) -> str | None:
     return ("http:" if proxy.startswith("//") else "http://") + proxy
 
 
-#: How long closing waits for connections still ending their TLS (a peer's
-#: close_notify answered): a slower peer's connection is left to the loop.
+#: How long closing waits for the sockets it ended to close (a few turns of the loop
+#: at most: each has its end of stream at once).
 CLOSING_GRACE = 1.0
 _CLOSING_POLL = 0.01
 
@@ -149,18 +149,31 @@ class OwnSession:
     _sockets: weakref.WeakSet[socket.socket]
 
     async def close(self) -> None:
-        """Close the session, then wait up to :data:`CLOSING_GRACE` for the sockets
-        still closing. A connection aiohttp let go after the server closed its TLS is
-        ending its own (through an https:// proxy: both layers, a round trip each);
-        asyncio on Python 3.11 keeps no handle to abort it by, so it can only be
-        waited for, and the loop that closes first finds it open."""
+        """Close the session, then end every socket it opened that is still open, and
+        wait (up to :data:`CLOSING_GRACE`) for them to close.
+
+        What is still open then is no longer aiohttp's: a connection it let go after
+        the server closed its TLS, still ending its own (through an https:// proxy,
+        both layers, a round trip each to a peer that may be slow), or one a download
+        is still opening. asyncio on Python 3.11 keeps no handle on the first kind to
+        abort it by, and a loop closed first finds it open. Shutting each socket down
+        hands its transport the end of the stream at once, so it closes on the next
+        turns of the loop, whatever the peer does."""
         await self.http.close()
-        wait = 0.0  # a plain close ends on the loop's next turn
-        for _ in range(round(CLOSING_GRACE / _CLOSING_POLL) + 1):
-            await asyncio.sleep(wait)
-            if all(s.fileno() == -1 for s in self._sockets):
+        await asyncio.sleep(0)  # a plain close ends on the loop's next turn
+        ending = []
+        for opened in list(self._sockets):
+            if opened.fileno() == -1:
+                continue
+            try:
+                opened.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                continue  # not connected yet: its connect fails on its own
+            ending.append(opened)
+        for _ in range(round(CLOSING_GRACE / _CLOSING_POLL)):
+            if all(s.fileno() == -1 for s in ending):
                 return
-            wait = _CLOSING_POLL
+            await asyncio.sleep(_CLOSING_POLL)
 
 
 async def open_session(pool: int, connect_timeout: float, read_timeout: float) -> OwnSession:
