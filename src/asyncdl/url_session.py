@@ -12,8 +12,9 @@ client's, without loading botocore's client stack (most of a URL command's start
   ``https://`` proxy is spoken to over TLS, trusting the same bundle.
 - No ``~/.netrc``: aiohttp's ``trust_env`` would send its logins to the URL's host
   and to the proxy. (A login in the URL itself is sent, as a client's session does.)
-- Closing waits (briefly) for the connections still ending their TLS: the command's
-  loop closes right after, and one it finds open is leaked.
+- Closing ends every socket the session opened that is still open (one ending its
+  TLS with a slow peer, one being opened): the command's loop closes right after,
+  and one it finds open is leaked.
 """
 
 from __future__ import annotations
