@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import os
 import resource
 import shutil
@@ -195,6 +194,17 @@ async def _one(data: bytes) -> AsyncIterator[bytes]:
     yield data
 
 
+async def _each_object(
+    job: Job, meter: Meter, fetch: Callable[[str, str, Path], Coroutine[Any, Any, None]]
+) -> None:
+    """``fetch`` of every object of the job at once (each bounds itself), metered."""
+    meter.start()
+    async with asyncio.TaskGroup() as tasks:
+        for item in job.items():
+            tasks.create_task(fetch(*item))
+    meter.stop()
+
+
 async def run_aiobotocore(
     job: Job, meter: Meter, stream: bool, *, blocking: bool = False
 ) -> list[str]:
@@ -228,25 +238,8 @@ async def run_aiobotocore(
                 except Exception as exc:
                     errors.append(repr(exc))
 
-        meter.start()
-        async with asyncio.TaskGroup() as tasks:
-            for item in job.items():
-                tasks.create_task(fetch(*item))
-        meter.stop()
+        await _each_object(job, meter, fetch)
     return errors
-
-
-def _preallocate(fd: int, size: int) -> None:
-    """The file's size set before any part lands, as asyncdl's writer does: blocks
-    reserved where the file system can, else only the size."""
-    try:
-        if not hasattr(os, "posix_fallocate"):  # macOS, Windows
-            raise OSError(errno.EOPNOTSUPP, "no posix_fallocate")
-        os.posix_fallocate(fd, 0, size)
-    except OSError as exc:
-        if exc.errno not in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
-            raise
-        os.ftruncate(fd, size)
 
 
 async def _pwrite_body(body: Any, fd: int, offset: int, length: int) -> None:
@@ -272,6 +265,8 @@ async def run_parallel_ranges(job: Job, meter: Meter) -> list[str]:
     asyncdl's CPU per byte for a large object."""
     from aiobotocore.config import AioConfig  # noqa: PLC0415
     from aiobotocore.session import get_session  # noqa: PLC0415
+
+    from asyncdl.writer import preallocate  # noqa: PLC0415 - a syscall, as asyncdl makes it
 
     errors: list[str] = []
     semaphore = asyncio.Semaphore(job.concurrency)
@@ -304,8 +299,7 @@ async def run_parallel_ranges(job: Job, meter: Meter) -> list[str]:
                     ranged = first.get("ContentRange")
                     size = int(ranged.rsplit("/", 1)[1]) if ranged else first["ContentLength"]
                     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-                    if size:
-                        _preallocate(fd, size)
+                    preallocate(fd, size)  # as asyncdl's writer does
                     # The other parts start while the first one's body streams.
                     for start in range(_PART_SIZE if ranged else size, size, _PART_SIZE):
                         end = min(start + _PART_SIZE, size)
@@ -318,11 +312,7 @@ async def run_parallel_ranges(job: Job, meter: Meter) -> list[str]:
                 if fd >= 0:
                     os.close(fd)
 
-        meter.start()
-        async with asyncio.TaskGroup() as tasks:
-            for item in job.items():
-                tasks.create_task(fetch(*item))
-        meter.stop()
+        await _each_object(job, meter, fetch)
     return errors
 
 
