@@ -55,7 +55,10 @@ def _response_of(body: Any) -> aiohttp.ClientResponse | None:
 
 def _stream_of(body: Any) -> aiohttp.StreamReader | None:
     """The aiohttp stream under a plain body (see :func:`_response_of`), or ``None``."""
-    raw = _response_of(body)
+    return _content_of(_response_of(body))
+
+
+def _content_of(raw: aiohttp.ClientResponse | None) -> aiohttp.StreamReader | None:
     content = raw.content if raw is not None else None
     return content if isinstance(content, aiohttp.StreamReader) else None
 
@@ -116,8 +119,7 @@ class BodyReader:
         #: is not aiohttp's (it has no pieces of its own).
         self._size = size
         raw = _response_of(body)  # once per body: the stream is the answer's content
-        content = None if raw is None else raw.content
-        self._stream = content if isinstance(content, aiohttp.StreamReader) else None
+        self._stream = _content_of(raw)
         if raw is not None and self._stream is not None:
             # Half a write's worth waiting in aiohttp, and socket reads of that much at
             # most: with the write being gathered and the one in flight, a response

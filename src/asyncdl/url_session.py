@@ -24,7 +24,6 @@ import functools
 import os
 import socket
 import ssl
-import sys
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -136,11 +135,6 @@ def proxy_for(url: str) -> str | None:
 CLOSING_GRACE = 1.0
 _CLOSING_POLL = 0.01
 
-#: Whether aiohttp's connector should abort, when it closes, the TLS connections it
-#: let go while they were still closing. It refuses the flag (with a warning) on the
-#: Pythons whose asyncio no longer needs it, but uvloop's transports still do there.
-_ABORT_CLOSING_TLS = sys.version_info < (3, 12, 8) or (3, 13, 0) <= sys.version_info < (3, 13, 1)
-
 
 @dataclass
 class OwnSession:
@@ -186,7 +180,6 @@ async def open_session(pool: int, connect_timeout: float, read_timeout: float) -
             limit=pool,
             ssl=context,
             socket_factory=functools.partial(_socket_for, sockets),
-            enable_cleanup_closed=_ABORT_CLOSING_TLS,
         ),
         timeout=aiohttp.ClientTimeout(sock_connect=connect_timeout, sock_read=read_timeout),
         auto_decompress=False,
