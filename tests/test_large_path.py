@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 import asyncdl
+from asyncdl import quick_io
 from asyncdl.body_reader import BodyReader
 from asyncdl.parts import BUFFERED, Fetch, fetch_ranges
 from asyncdl.progress import Reporter
@@ -172,7 +173,16 @@ class CountingExecutor(ThreadPoolExecutor):
         return super().submit(fn, *args, **kwargs)
 
 
-async def test_writes_issued_together_share_one_executor_hop(tmp_path: Path) -> None:
+async def test_writes_issued_together_share_one_executor_hop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Writes off the loop (as on a file system found slow): on the loop while they are
+    # quick, they make no hop at all (tests/test_writes_on_loop.py).
+    off_loop = quick_io.QuickWrites()
+    off_loop.OFF_LOOP = 3600.0  # seconds: off for the whole test, however slow the machine
+    off_loop.took(1.0)
+    off_loop.took(1.0)
+    monkeypatch.setattr(quick_io, "QUICK_WRITES", off_loop)
     executor = CountingExecutor()
     asyncio.get_running_loop().set_default_executor(executor)
     temp = TempFile(tmp_path / "t", 80)

@@ -105,6 +105,11 @@ def _read_at_most(response: aiohttp.ClientResponse, size: int) -> None:
             transport.max_size = size
 
 
+#: Seconds a stall watch's timer may fire after its time and still judge: later, the
+#: loop was held up, and it looks again this much later (see ``BodyReader._check``).
+_LATE = 0.1
+
+
 class BodyReader:
     """The pieces of one response body; use as a context manager (it owns a timer)."""
 
@@ -130,11 +135,17 @@ class BodyReader:
         self._last = self._loop.time()
         self._paused = False
         self._timer: asyncio.TimerHandle | None = None
+        #: When the timer was set to fire.
+        self._due = 0.0
 
     def __enter__(self) -> BodyReader:
         if self._stream is not None:
-            self._timer = self._loop.call_at(self._last + self._timeout, self._check)
+            self._watch(self._last + self._timeout)
         return self
+
+    def _watch(self, due: float) -> None:
+        self._due = due
+        self._timer = self._loop.call_at(due, self._check)
 
     def __exit__(self, *exc_info: object) -> None:
         if self._timer is not None:
@@ -186,12 +197,18 @@ class BodyReader:
     def _check(self) -> None:
         assert self._stream is not None
         now = self._loop.time()
+        if now - self._due > _LATE:
+            # The loop itself was held up (a long callback, a slow file call made on it):
+            # the reader had no turn to take what arrived meanwhile, and may have it
+            # waiting. Look again once it has had one.
+            self._watch(now + _LATE)
+            return
         due = now + self._timeout if self._paused else self._last + self._timeout
         if due <= now:
             self._timer = None
             self._stream.set_exception(RetryableError(f"no bytes for {self._timeout:g}s"))
             return
-        self._timer = self._loop.call_at(due, self._check)
+        self._watch(due)
 
 
 #: Bytes gathered before each write of a spooled body.

@@ -3,7 +3,7 @@ kept on failure, and its journal (see ``journal``), locked while the download ru
 
 Next to the target ``NAME``: ``.NAME.asyncdl-partial`` (the bytes at their offsets,
 preallocated to the object's size) and ``.NAME.asyncdl-journal``. A write's line is
-appended after ``pwritev`` returned, in the same executor call (with ``fsync=True``
+appended after ``pwritev`` returned, in the same call (with ``fsync=True``
 after the partial was ``fdatasync``-ed): a killed process loses nothing it recorded;
 a power loss, only with ``fsync=True``. So a partial is adopted as it is only when its
 journal says every line was written so (its header's ``fsync``); otherwise each
@@ -242,11 +242,16 @@ class PartialFile(TempFile):
             raise
         return fd
 
+    def _writes_on_loop(self) -> bool:
+        """With ``fsync=True`` each write syncs the file to the disk before its journal
+        line: never on the event loop."""
+        return not self._fsync
+
     def _write_sync(
         self, offset: int, chunks: Sequence[bytes], crc: CrcOf[Any] | None, previous: Any
     ) -> Any:
-        """Write (in the executor hop), then append the journal's line for the part the
-        bytes belong to."""
+        """Write (on the loop, or in an executor hop: see ``file_writes``), then append
+        the journal's line for the part the bytes belong to."""
         end = offset + sum(map(len, chunks))
         # A part's CRC so far is 0 where it starts: then the bytes start a range of their
         # own (a CRC run from 0 is the same whatever came before). Otherwise they

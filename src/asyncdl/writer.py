@@ -3,8 +3,9 @@
 The file is created exclusively next to the target (same file system, so
 ``os.replace`` is atomic), preallocated to the object's size so a full disk shows
 up before the first byte is fetched, and written with positional writes so parts
-land in any order. Blocking calls run in the loop's executor; a part's pieces go in
-one ``pwritev``, and the writes of one turn of the loop in one hop (``file_writes``).
+land in any order. Blocking calls run in the loop's executor, except a part's writes:
+its pieces go in one ``pwritev``, on the loop while that is quick, else in one
+executor hop at a time (``file_writes``).
 
 Cancellation can leave an executor call running after the awaiting task is gone:
 a create that has not yet returned its descriptor, or a write. Closing a
@@ -198,8 +199,13 @@ class TempFile:
     def _write_hops(self) -> WriteHops:
         hops = self._hops
         if hops is None:
-            hops = self._hops = WriteHops(self._write_sync)
+            hops = self._hops = WriteHops(self._write_sync, on_loop=self._writes_on_loop())
         return hops
+
+    def _writes_on_loop(self) -> bool:
+        """Whether a write may run on the event loop while writes are quick: yes, as
+        it only copies into the page cache (``fsync`` syncs once, at commit)."""
+        return True
 
     def _write_sync(
         self, offset: int, chunks: Sequence[bytes], crc: CrcOf[_Crc] | None, previous: _Crc
