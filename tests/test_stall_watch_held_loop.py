@@ -4,10 +4,11 @@ that arrived while a long callback held the loop are no stall."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import aiohttp
 import pytest
@@ -55,44 +56,42 @@ def server() -> Iterator[TwoPieces]:
     serving.close()
 
 
-async def _first_piece(reader: BodyReader) -> int:
-    got = 0
-    while got < PIECE:
-        got += len(await reader.read())
-    return got
+@contextlib.asynccontextmanager
+async def past_the_first_piece(server: TwoPieces) -> AsyncIterator[BodyReader]:
+    """The body's reader, its first piece read."""
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"http://127.0.0.1:{server.port}/") as response,
+    ):
+        with BodyReader(response, TIMEOUT, 1024 * 1024) as reader:
+            got = 0
+            while got < PIECE:
+                got += len(await reader.read())
+            assert got == PIECE
+            yield reader
 
 
 async def test_bytes_that_came_while_the_loop_was_held_are_no_stall(server: TwoPieces) -> None:
-    async with (
-        aiohttp.ClientSession() as session,
-        session.get(f"http://127.0.0.1:{server.port}/") as response,
-    ):
-        with BodyReader(response, TIMEOUT, 1024 * 1024) as reader:
-            assert await _first_piece(reader) == PIECE
-            waiting = asyncio.create_task(reader.read())
-            await asyncio.sleep(0.05)  # the read waits for the server
-            server.more.set()
-            # A file call (or any callback) holding the loop past the read timeout,
-            # while the second piece arrives.
-            time.sleep(3 * TIMEOUT)  # noqa: ASYNC251 - holding the loop is the test
-            second = await waiting
-            while len(second) < PIECE:
-                second += await reader.read()
-            assert second == b"b" * PIECE
-            assert await reader.read() == b""
+    async with past_the_first_piece(server) as reader:
+        waiting = asyncio.create_task(reader.read())
+        await asyncio.sleep(0.05)  # the read waits for the server
+        server.more.set()
+        # A file call (or any callback) holding the loop past the read timeout,
+        # while the second piece arrives.
+        time.sleep(3 * TIMEOUT)  # noqa: ASYNC251 - holding the loop is the test
+        second = await waiting
+        while len(second) < PIECE:
+            second += await reader.read()
+        assert second == b"b" * PIECE
+        assert await reader.read() == b""
 
 
 async def test_a_server_that_sends_nothing_is_still_a_stall(server: TwoPieces) -> None:
-    async with (
-        aiohttp.ClientSession() as session,
-        session.get(f"http://127.0.0.1:{server.port}/") as response,
-    ):
-        with BodyReader(response, TIMEOUT, 1024 * 1024) as reader:
-            assert await _first_piece(reader) == PIECE
-            started = time.monotonic()
-            # Held, and nothing comes meanwhile, nor after.
-            time.sleep(3 * TIMEOUT)  # noqa: ASYNC251 - holding the loop is the test
-            with pytest.raises(RetryableError, match="no bytes for"):
-                await reader.read()
-            # Judged once the loop ran again: a short look after the late timer.
-            assert time.monotonic() - started < 3 * TIMEOUT + 2.0
+    async with past_the_first_piece(server) as reader:
+        started = time.monotonic()
+        # Held, and nothing comes meanwhile, nor after.
+        time.sleep(3 * TIMEOUT)  # noqa: ASYNC251 - holding the loop is the test
+        with pytest.raises(RetryableError, match="no bytes for"):
+            await reader.read()
+        # Judged once the loop ran again: a short look after the late timer.
+        assert time.monotonic() - started < 3 * TIMEOUT + 2.0

@@ -6,8 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,30 +18,15 @@ from asyncdl.quick_io import QuickWrites
 from asyncdl.writer import TempFile
 
 from .conftest import payload
+from .test_publish_on_loop import CountingExecutor
+from .test_publish_on_loop import executor as executor  # noqa: PLC0414 - the fixture
 
 MiB = 1024 * 1024
 
 
-class CountingExecutor(ThreadPoolExecutor):
-    def __init__(self) -> None:
-        super().__init__(4)
-        self.calls: list[str] = []
-
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
-        self.calls.append(repr(fn))
-        return super().submit(fn, *args, **kwargs)
-
-    def hops(self) -> int:
-        return sum("WriteHops._run" in call for call in self.calls)
-
-
-@pytest.fixture
-async def executor() -> AsyncIterator[CountingExecutor]:
-    loop = asyncio.get_running_loop()
-    pool = CountingExecutor()
-    loop.set_default_executor(pool)
-    yield pool
-    loop.set_default_executor(ThreadPoolExecutor())  # the session's loop lives on
+def hops(executor: CountingExecutor) -> int:
+    """The write hops handed to the executor."""
+    return sum("WriteHops._run" in call for call in executor.calls)
 
 
 @pytest.fixture
@@ -67,7 +51,7 @@ async def test_a_multi_part_download_writes_without_a_thread(
     result = await engine.download(bucket, "k", tmp_path / "k")
     assert (tmp_path / "k").read_bytes() == data
     assert result.size == len(data)
-    assert executor.hops() == 0, executor.calls
+    assert hops(executor) == 0, executor.calls
     # The file's create and rename still go to a thread.
     assert executor.calls
 
@@ -115,7 +99,7 @@ async def test_slow_writes_go_to_a_thread_one_hop_at_a_time(
     assert (tmp_path / "t").read_bytes() == data
     assert most == 1  # one hop at a time: two threads would spin on the file's lock
     # 156 writes off the loop, in far fewer hops (those issued while one ran, together).
-    assert 2 <= executor.hops() < 100, executor.hops()
+    assert 2 <= hops(executor) < 100, hops(executor)
 
 
 async def test_a_write_larger_than_the_loop_takes_goes_to_a_thread(
@@ -128,5 +112,5 @@ async def test_a_write_larger_than_the_loop_takes_goes_to_a_thread(
     await temp.write(size, b"!")
     await temp.commit()
     assert (tmp_path / "t").read_bytes() == data + b"!"
-    assert executor.hops() == 1, executor.calls
+    assert hops(executor) == 1, executor.calls
     assert writes.allowed()

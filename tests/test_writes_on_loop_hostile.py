@@ -23,15 +23,9 @@ from asyncdl.writer import TempFile
 
 from .conftest import make_client, payload, temp_files
 from .test_integrity import corrupt_gets
+from .test_writes_on_loop import writes as writes  # noqa: PLC0414 - the fixture
 
 MiB = 1024 * 1024
-
-
-@pytest.fixture
-def writes(monkeypatch: pytest.MonkeyPatch) -> QuickWrites:
-    fresh = QuickWrites()
-    monkeypatch.setattr(quick_io, "QUICK_WRITES", fresh)
-    return fresh
 
 
 class Heartbeat:
@@ -51,66 +45,48 @@ class Heartbeat:
         self._stop = True
 
 
-async def test_one_stalled_write_trips_stall_watch_of_other_parts(
+def _stall_writes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The 3rd and 9th write (counted in the list returned) hold the loop for 1 s."""
+    write_sync = TempFile._write_sync
+    calls = [0]
+
+    def stall_once(self: TempFile, offset: int, chunks: Sequence[bytes], *rest: Any) -> Any:
+        calls[0] += 1
+        if calls[0] in (3, 9):
+            time.sleep(1.0)
+        return write_sync(self, offset, chunks, *rest)
+
+    monkeypatch.setattr(TempFile, "_write_sync", stall_once)
+    return calls
+
+
+@pytest.mark.parametrize("max_attempts", [1, 5])
+async def test_a_write_holding_the_loop_is_no_stall_of_the_other_parts(
     s3: Any,
     bucket: str,
     client: Any,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
-    writes: QuickWrites,
+    max_attempts: int,
 ) -> None:
     """A write on the loop that holds it past read_timeout (an NFS hiccup, dirty pages
     throttled): the other parts' stall timers fire late, and must not take the bytes
-    that came meanwhile for a stall (one attempt: a false stall fails the download)."""
+    that came meanwhile for a stall. With one attempt a false stall fails the download;
+    with more, it is a retry."""
     data = payload(8 * MiB)
     s3.put_object(Bucket=bucket, Key="k", Body=data)
-    write_sync = TempFile._write_sync
-    calls = [0]
-
-    def stall_once(self: TempFile, offset: int, chunks: Sequence[bytes], *rest: Any) -> Any:
-        calls[0] += 1
-        if calls[0] in (3, 9):
-            time.sleep(1.0)
-        return write_sync(self, offset, chunks, *rest)
-
-    monkeypatch.setattr(TempFile, "_write_sync", stall_once)
+    calls = _stall_writes(monkeypatch)
     config = asyncdl.TransferConfig(
-        chunk_size=1 * MiB, max_concurrency=8, read_timeout=0.5, max_attempts=1, backoff_base=0.01
+        chunk_size=1 * MiB,
+        max_concurrency=8,
+        read_timeout=0.5,
+        max_attempts=max_attempts,
+        backoff_base=0.01,
     )
     async with asyncdl.Engine(client, config=config) as engine:
-        await engine.download(bucket, "k", tmp_path / "k")
-        retries = engine.stats().retries
-    assert (tmp_path / "k").read_bytes() == data
-    assert retries == 0
-
-
-async def test_stall_watch_spurious_retries_counted(
-    s3: Any,
-    bucket: str,
-    client: Any,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    writes: QuickWrites,
-) -> None:
-    """As above with retries allowed: no retry is counted either."""
-    data = payload(8 * MiB)
-    s3.put_object(Bucket=bucket, Key="k", Body=data)
-    write_sync = TempFile._write_sync
-    calls = [0]
-
-    def stall_once(self: TempFile, offset: int, chunks: Sequence[bytes], *rest: Any) -> Any:
-        calls[0] += 1
-        if calls[0] in (3, 9):
-            time.sleep(1.0)
-        return write_sync(self, offset, chunks, *rest)
-
-    monkeypatch.setattr(TempFile, "_write_sync", stall_once)
-    config = asyncdl.TransferConfig(
-        chunk_size=1 * MiB, max_concurrency=8, read_timeout=0.5, backoff_base=0.01
-    )
-    async with asyncdl.Engine(client, config=config) as engine:
-        for attempt in range(5):
+        for attempt in range(3):
             calls[0] = 0
+            # Writes on the loop for each: the stalls of the one before sent them off.
             monkeypatch.setattr(quick_io, "QUICK_WRITES", QuickWrites())
             await engine.download(bucket, "k", tmp_path / f"k{attempt}")
             assert (tmp_path / f"k{attempt}").read_bytes() == data
