@@ -53,6 +53,18 @@ from servers import (
 )
 
 GiB = 1024 * MiB
+#: The clients' files are kept until the benchmark ends, not deleted before the next
+#: client runs, when all of them take at most this much space (and half the free
+#: space). Deleting thousands of files slows the creations that follow for half a
+#: minute: ext4 without a journal (this machine's disk) passes over every inode freed
+#: in the last 30 s, reading each one's dtime (``recently_deleted`` in perf, a third of
+#: an ``asyncdl cp -r`` of 10,000 objects started right after another's deletion),
+#: which charged each client for the one before it. Large objects go right after their
+#: run: one file's deletion leaves next to nothing to pass over, and kept, gigabytes
+#: would be written back to the disk while later clients run.
+KEEP_FILES_MOST = 2 * GiB
+#: Space a kept file of ``size`` bytes takes at least (a block).
+BLOCK = 4096
 
 
 def parse_clients(text: str) -> list[str]:
@@ -136,9 +148,10 @@ def run_client(
     *,
     bucket: str,
     digests: list[str],
+    kept: list[Path] | None,
 ) -> dict[str, Any]:
     """One client on one loop, one run, in a fresh subprocess; the proxy counts its
-    requests."""
+    requests. Its files go into ``kept`` for later deletion, or now when it is None."""
     name = row_name(client, loop)
     dest = Path(tempfile.mkdtemp(prefix=f"bench-{name}-", dir=args.dest))
     url = args.direct or proxy.url
@@ -161,7 +174,10 @@ def run_client(
         report = json.loads(done.stdout.strip().splitlines()[-1])
         problems = verify(dest, digests, args.size)
     finally:
-        shutil.rmtree(dest, ignore_errors=True)
+        if kept is None:
+            shutil.rmtree(dest, ignore_errors=True)
+        else:
+            kept.append(dest)
     n, wall = args.objects, report["wall_s"]
     verified = report.get("verified")
     return {
@@ -182,6 +198,18 @@ def run_client(
         "bad_files": len(problems),
         "first_problems": problems[:3],
     }
+
+
+def keeps_files(args: argparse.Namespace, clients: int) -> bool:
+    """Whether every run's files can be kept until the end (``KEEP_FILES_MOST``)."""
+    files = args.runs * clients * args.objects
+    room = min(KEEP_FILES_MOST, shutil.disk_usage(args.dest).free // 2)
+    return files * max(args.size, BLOCK) <= room
+
+
+def delete_all(kept: list[Path]) -> None:
+    for dest in kept:
+        shutil.rmtree(dest, ignore_errors=True)
 
 
 def _request_counts(requests: list[Any], n: int, in_flight: int | None) -> dict[str, float]:
@@ -260,10 +288,13 @@ def main_bench(args: argparse.Namespace) -> int:
             f"clients go {'straight to' if args.direct else 'through'} {args.direct or proxy.url}; "
             f"asyncdl at {source}"
         )
+        kept: list[Path] | None = [] if keeps_files(args, len(pairs)) else None
+        if kept is not None:
+            stack.callback(delete_all, kept)
         for run in range(args.runs):
             for client, loop in in_turn(pairs, run):
                 result = run_client(
-                    client, loop, args, proxy, server, bucket=bucket, digests=digests
+                    client, loop, args, proxy, server, bucket=bucket, digests=digests, kept=kept
                 )
                 runs.append({"run": run + 1, **result})
                 wall = f"{result['wall_s']:.2f}s" if "wall_s" in result else "FAILED"
