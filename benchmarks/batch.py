@@ -202,9 +202,10 @@ def run_client(
 
 def keeps_files(args: argparse.Namespace, clients: int) -> bool:
     """Whether every run's files can be kept until the end (``KEEP_FILES_MOST``)."""
-    files = args.runs * clients * args.objects
+    files: int = args.runs * clients * args.objects
     room = min(KEEP_FILES_MOST, shutil.disk_usage(args.dest).free // 2)
-    return files * max(args.size, BLOCK) <= room
+    size: int = max(args.size, BLOCK)
+    return files * size <= room
 
 
 def delete_all(kept: list[Path]) -> None:
