@@ -105,7 +105,7 @@ def in_turn(pairs: list[tuple[str, str]], run: int) -> list[tuple[str, str]]:
     of five; in other runs no position paid. Taking turns charges such a cost to
     no one client, and a median of several runs leaves it out."""
     clients = list(dict.fromkeys(client for client, _ in pairs))
-    shift = run % len(clients) if clients else 0
+    shift = run % len(clients)  # --clients names one at least
     ordered: list[tuple[str, str]] = []
     for client in clients[shift:] + clients[:shift]:
         mine = [pair for pair in pairs if pair[0] == client]
