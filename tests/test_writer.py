@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import errno
 import hashlib
 import os
 import stat
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -309,6 +311,93 @@ async def test_a_cancellation_during_commit_waits_for_the_rename(
     temp.discard()  # what the engine does on the way out: nothing left to remove
     assert listing(tmp_path) == ["t"]
     assert target.read_bytes() == b"new"
+
+
+def _no_named_temp_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Temp names from now on point into a directory that does not exist: a file
+    published by way of a named temp file fails, one that needs no name does not."""
+    monkeypatch.setattr(writer, "temp_name", lambda name, run, name_max: f"missing/{name}")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="O_TMPFILE is Linux's")
+async def test_a_new_small_file_is_published_with_no_name_in_between(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _no_named_temp_file(monkeypatch, tmp_path)
+    temp = TempFile(tmp_path / "t", 5)
+    await temp.write(0, b"hello")
+    await temp.commit()
+    assert temp.published
+    assert listing(tmp_path) == ["t"]
+    assert (tmp_path / "t").read_bytes() == b"hello"
+    temp.discard()  # what the engine does on the way out: nothing left to remove
+    assert listing(tmp_path) == ["t"]
+
+
+@pytest.mark.parametrize("existing", ["file", "symlink", "dangling symlink"])
+async def test_an_existing_target_is_replaced_by_way_of_a_temp_file(
+    tmp_path: Path, existing: str
+) -> None:
+    # A link never replaces: what is there is renamed over, never written through.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    outside = elsewhere / "o"
+    target = tmp_path / "dir" / "t"
+    target.parent.mkdir()
+    if existing == "file":
+        target.write_bytes(b"old")
+    else:
+        if existing == "symlink":
+            outside.write_bytes(b"outside")
+        target.symlink_to(outside)
+    temp = TempFile(target, 3)
+    await temp.write(0, b"new")
+    await temp.commit()
+    assert not target.is_symlink()
+    assert target.read_bytes() == b"new"
+    assert listing(target.parent) == ["t"]
+    assert listing(elsewhere) == (["o"] if existing == "symlink" else [])
+    if existing == "symlink":
+        assert outside.read_bytes() == b"outside"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="O_TMPFILE is Linux's")
+async def test_a_file_system_without_unnamed_files_gets_a_named_temp_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # open() of a directory for writing is refused (EISDIR), as a file system
+    # without O_TMPFILE refuses it: that directory is then not asked again.
+    monkeypatch.setattr(writer, "_TMPFILE_FLAGS", os.O_WRONLY)
+    monkeypatch.setattr(writer, "_NO_TMPFILE", set())
+    temp = TempFile(tmp_path / "t", 3)
+    await temp.write(0, b"abc")
+    await temp.commit()
+    assert (tmp_path / "t").read_bytes() == b"abc"
+    assert str(tmp_path) in writer._NO_TMPFILE
+    assert len(writer._NO_TMPFILE) == 1
+    _no_named_temp_file(monkeypatch, tmp_path)
+    again = TempFile(tmp_path / "u", 3)
+    await again.write(0, b"abc")
+    with pytest.raises(FileNotFoundError):
+        await again.commit()  # the named way, not the refused one
+    assert listing(tmp_path) == ["t"]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="O_TMPFILE is Linux's")
+async def test_an_unnamed_file_that_cannot_be_linked_is_written_again_by_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Where /proc cannot link the open file (no /proc, an old kernel).
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+    monkeypatch.setattr(os, "link", refuse)
+    temp = TempFile(tmp_path / "t", 3)
+    await temp.write(0, b"abc")
+    await temp.commit()
+    assert temp.published
+    assert listing(tmp_path) == ["t"]
+    assert (tmp_path / "t").read_bytes() == b"abc"
 
 
 async def test_published_only_after_the_rename(tmp_path: Path) -> None:

@@ -20,7 +20,10 @@ finishes, whatever happens to the task that awaits it, and
 cannot stop a rename already running in a thread; only by waiting for it can the
 caller tell what is on disk.
 
-Temp files are named by :mod:`asyncdl.temp_names`.
+A new file written in one go (a small object, no ``fsync``) needs no temp name at
+all on Linux: it is written unnamed (``O_TMPFILE``) and linked at the target, which
+appears whole or not at all (see ``_link_unnamed``). Temp files are named by
+:mod:`asyncdl.temp_names`.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import contextlib
 import errno
 import os
 import stat
+import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -68,8 +72,9 @@ class TempFile:
     Construct it (no I/O), keep the reference, then :meth:`open` it, or let a
     small one stay deferred: if its one write holds every byte, :meth:`commit`
     creates, writes, closes and renames it in one go (on the event loop while that
-    is quick, see :mod:`asyncdl.quick_io`; else in one executor hop). Any other write opens
-    it then. Either way :meth:`commit` or :meth:`discard` it.
+    is quick, see :mod:`asyncdl.quick_io`; else in one executor hop), or where the
+    target is new, writes it unnamed and links it there. Any other write opens it
+    then. Either way :meth:`commit` or :meth:`discard` it.
     """
 
     def __init__(self, target: Path, size: int, *, fsync: bool = False) -> None:
@@ -80,7 +85,8 @@ class TempFile:
         # Kept as a string: the file calls take one, and a Path is made only if asked.
         self._parent = os.path.dirname(str(target))
         self._path = self._fresh_path()
-        #: Whether the target was replaced: true from the moment ``os.replace`` succeeded.
+        #: Whether the target was replaced (or made): true from the moment ``os.replace``
+        #: (or the link of an unnamed file) succeeded.
         self.published = False
         self._fsync = fsync
         self._fd = -1
@@ -320,12 +326,16 @@ class TempFile:
             _fsync_directory(self.target.parent)
 
     def _publish_sync(self) -> None:
-        """Create, write, close and rename a deferred file in one go."""
+        """Create, write, close and rename a deferred file in one go (or link it, unnamed,
+        where the target is new)."""
         data = self._whole if self._whole is not None else b""
         if len(data) != self.size:
             raise RuntimeError(f"commit of {len(data)} bytes of a {self.size}-byte file")
         self._enter()  # outside the try: a discarded file is never published
         try:
+            if not self._fsync and _link_unnamed(self._parent, str(self.target), data):
+                self.published = True
+                return
             fd = self._fd = self._create()
             view = memoryview(data)
             while view:
@@ -361,6 +371,59 @@ class TempFile:
             if self._created:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(self._path)
+
+
+def _link_unnamed(parent: str, target: str, data: bytes) -> bool:
+    """Publish ``data`` as the new file ``target`` with no name in between: an unnamed
+    file in ``parent`` (``O_TMPFILE``), written, then linked at ``target``. False when
+    that cannot be done here (no ``O_TMPFILE`` on the system or the file system, no
+    ``/proc``) or ``target`` exists: the caller then writes a named temp file and
+    renames it, which replaces a target and keeps its mode.
+
+    A new file in one write is most of a bulk download of small objects. This way it
+    costs one directory entry added (the link) instead of a temp name created, then
+    renamed (each a search of the directory, long in a directory of many files), and
+    no lock or stat: a file without a name is nobody else's, and a crash before the
+    link leaves nothing behind, not even a temp file."""
+    if _TMPFILE_FLAGS is None or parent in _NO_TMPFILE:
+        return False
+    try:
+        fd = os.open(parent or ".", _TMPFILE_FLAGS, 0o666)
+    except OSError as exc:
+        if exc.errno in _TMPFILE_UNSUPPORTED:
+            # Per directory, not per process: another file system may take it.
+            if len(_NO_TMPFILE) >= _NO_TMPFILE_MAX:
+                _NO_TMPFILE.clear()
+            _NO_TMPFILE.add(parent)
+        return False  # the named temp file meets (and reports) any other error
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        # /proc's link to the open file, followed: linkat(2) with AT_SYMLINK_FOLLOW,
+        # which needs no privilege (AT_EMPTY_PATH does). The absolute path makes the
+        # directory descriptor unused; giving one is what makes Python call linkat.
+        os.link(f"/proc/self/fd/{fd}", target, src_dir_fd=fd, follow_symlinks=True)
+    except OSError:
+        # The target exists (a link never replaces), or /proc cannot link here: the
+        # unnamed file goes with its descriptor, and the named way decides.
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
+_TMPFILE = getattr(os, "O_TMPFILE", None)
+_TMPFILE_FLAGS = (
+    None
+    if _TMPFILE is None or not sys.platform.startswith("linux")
+    else _TMPFILE | os.O_WRONLY | getattr(os, "O_CLOEXEC", 0)
+)
+#: What ``open(O_TMPFILE)`` answers where the file system (or kernel) lacks it.
+_TMPFILE_UNSUPPORTED = frozenset({errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL, errno.ENOSYS})
+#: Directories where it was refused; cleared when full (a bulk download meets many).
+_NO_TMPFILE: set[str] = set()
+_NO_TMPFILE_MAX = 1024
 
 
 def hold(fd: int) -> bool:
