@@ -3,6 +3,8 @@ the same bodies, well-formed or hostile (no server: the parsers side by side).""
 
 from __future__ import annotations
 
+import gc
+import weakref
 from datetime import datetime
 from typing import Any
 from xml.etree.ElementTree import Element
@@ -188,6 +190,9 @@ async def test_other_answers_read_as_botocore_reads_them(
         "Tue, 03 Dec 2026 09:27:03 GMT",
         "1700000000",
         "2026-12-03T09:27:03+05:30",
+        "2026-12-03T24:00:00Z",
+        "2026-12-03T24:00:00.000Z",
+        "2016-12-31T23:59:60Z",
         "2026-12-03T09:27:03.000z",
         "2026-12-03T09:27:03.000Z\n",
         "2026-13-03T09:27:03Z",
@@ -205,4 +210,29 @@ def test_a_timestamp_reads_as_botocore_reads_it(value: str) -> None:
             return (type(exc), str(exc))
 
     ours, theirs = outcome(parse_timestamp), outcome(botocore_timestamp)
+    same(ours, theirs)
+
+
+async def test_a_client_s_plans_go_with_its_model() -> None:
+    # Each client an engine makes loads its own model: a plan kept beyond it would
+    # keep that model (a few MB) alive for good.
+    async def parse_with_a_fresh_model() -> weakref.ref[Any]:
+        model = await get_session().get_service_model("s3")
+        shape = model.operation_model("ListObjectsV2").output_shape
+        factory = ParserFactory()
+        factory.set_parser_defaults(timestamp_parser=parse_timestamp)
+        answer = {"body": LIST_V2["every member"], "headers": {}, "status_code": 200}
+        parsed = await factory.create_parser("rest-xml").parse(answer, shape)
+        assert parsed["Contents"][0]["Size"] == 1024
+        return weakref.ref(shape)
+
+    shapes = [await parse_with_a_fresh_model() for _ in range(3)]
+    gc.collect()
+    assert [shape() for shape in shapes] == [None, None, None]
+
+
+async def test_a_namespace_with_a_newline_reads_as_botocore_reads_it() -> None:
+    # botocore's "{.*}" does not cross a newline: such a namespace is not stripped.
+    body = listing(FULL_ENTRY, ns='xmlns="a&#10;b"')
+    ours, theirs = await parse_both("ListObjectsV2", body)
     same(ours, theirs)

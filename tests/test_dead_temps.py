@@ -72,6 +72,9 @@ async def test_a_writer_refused_its_lock_takes_another_name(
         return True
 
     monkeypatch.setattr(writer, "hold", hold_once)
+    # A target that is there already: a new one is written unnamed (no temp file to
+    # lock) where the system can; one that replaces another always has a temp name.
+    (tmp_path / "k").write_bytes(b"old")
     result = await engine.download(bucket, "k", tmp_path / "k")
     assert result.ok, result.error
     assert refused

@@ -12,6 +12,7 @@ import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -417,3 +418,31 @@ async def test_published_only_after_the_rename(tmp_path: Path) -> None:
         await failing.commit()
     assert not failing.published
     assert listing(tmp_path) == ["a"]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="O_TMPFILE is Linux's")
+async def test_a_close_that_fails_after_the_link_still_says_published(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The target is there, whole, once linked: the caller must hear it was published.
+    linked: list[str] = []
+    real_link, real_close = os.link, os.close
+
+    def link(*args: Any, **kwargs: Any) -> None:
+        real_link(*args, **kwargs)
+        linked.append(str(args[1]))
+
+    def close(fd: int) -> None:
+        real_close(fd)
+        if linked:
+            raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "link", link)
+    monkeypatch.setattr(os, "close", close)
+    temp = TempFile(tmp_path / "t", 3)
+    await temp.write(0, b"abc")
+    await temp.commit()
+    monkeypatch.undo()
+    assert linked == [str(tmp_path / "t")]
+    assert temp.published
+    assert (tmp_path / "t").read_bytes() == b"abc"

@@ -13,7 +13,10 @@ to botocore's own code, element by element: a member that is not a plain string,
 number, boolean or timestamp (a nested structure, a list, a blob), a tag repeated
 where one was expected, a shape that is an error, a union or has XML attributes.
 The result is the dict botocore's parser returns (the tests compare the two on
-answers of every shape a listing takes, and on hostile ones).
+answers of every shape a listing takes, and on hostile ones). One difference that is
+not one: botocore gives a UTC timestamp the zone ``tzlocal()`` on a machine whose
+local zone is UTC, and ``tzutc()`` elsewhere; here it is ``tzutc()`` everywhere (the
+values are equal).
 
 Only the client an engine creates reads answers this way: a client handed in is
 the caller's, left as it was configured.
@@ -42,12 +45,13 @@ _KINDS = {
 #: A member's plan: its tag, its name in the result, its kind (``None``: botocore's),
 #: and its shape (for botocore).
 _Member = tuple[str, str, int | None, Any]
-#: Plans by ``id(shape)``, each with its shape (kept alive, so the id is not reused);
-#: ``None`` for a shape read by botocore as a whole. One per shape of S3's model.
-_PLANS: dict[int, tuple[Any, tuple[_Member, ...] | None]] = {}
+#: Where a shape keeps its plan: on the shape, so that it goes with the client's model
+#: (a cache of its own would keep every client's model alive, a few MB each).
+_PLAN = "_asyncdl_plan"
 
 #: What S3 writes: UTC, whole seconds or up to microseconds. Others are botocore's.
-_S3_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,6})?Z\Z", re.ASCII)
+#: (Hour 24, which Python 3.14's fromisoformat takes and dateutil refuses, is left out.)
+_S3_TIME = re.compile(r"\d{4}-\d\d-\d\dT(?:[01]\d|2[0-3]):\d\d:\d\d(?:\.\d{1,6})?Z\Z", re.ASCII)
 _UTC = tzutc()
 
 
@@ -74,7 +78,9 @@ class RestXMLParser(AioRestXMLParser):  # type: ignore[misc]
         # ElementTree tag is "{uri}name" or "name"), a repeated one gathered in a list.
         elements: dict[str, Any] = {}
         for item in node:
-            tag = item.tag.rpartition("}")[2]
+            tag = item.tag
+            # botocore's "{.*}" stops at a newline: such a namespace is its to strip.
+            tag = self._namespace_re.sub("", tag) if "\n" in tag else tag.rpartition("}")[2]
             seen = elements.get(tag)
             if seen is None:
                 elements[tag] = item
@@ -104,11 +110,11 @@ class RestXMLParser(AioRestXMLParser):  # type: ignore[misc]
         return parsed
 
     def _plan(self, shape: Any) -> tuple[_Member, ...] | None:
-        known = _PLANS.get(id(shape))
-        if known is not None and known[0] is shape:
-            return known[1]
-        plan = self._make_plan(shape)
-        _PLANS[id(shape)] = (shape, plan)
+        try:
+            plan: tuple[_Member, ...] | None = getattr(shape, _PLAN)
+        except AttributeError:
+            plan = self._make_plan(shape)
+            setattr(shape, _PLAN, plan)
         return plan
 
     def _make_plan(self, shape: Any) -> tuple[_Member, ...] | None:

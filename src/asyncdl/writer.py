@@ -388,6 +388,15 @@ def _link_unnamed(parent: str, target: str, data: bytes) -> bool:
     if _TMPFILE_FLAGS is None or parent in _NO_TMPFILE:
         return False
     try:
+        # An existing target (a download again) is not worth writing twice; one that
+        # appears meanwhile makes the link fail, and the named way replaces it.
+        os.lstat(target)
+        return False
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return False  # the named way meets (and reports) what this is
+    try:
         fd = os.open(parent or ".", _TMPFILE_FLAGS, 0o666)
     except OSError as exc:
         if exc.errno in _TMPFILE_UNSUPPORTED:
@@ -405,10 +414,14 @@ def _link_unnamed(parent: str, target: str, data: bytes) -> bool:
         # directory descriptor unused; giving one is what makes Python call linkat.
         os.link(f"/proc/self/fd/{fd}", target, src_dir_fd=fd, follow_symlinks=True)
     except OSError:
-        # The target exists (a link never replaces), or /proc cannot link here: the
+        # The target appeared (a link never replaces), or /proc cannot link here: the
         # unnamed file goes with its descriptor, and the named way decides.
+        with contextlib.suppress(OSError):
+            os.close(fd)
         return False
-    finally:
+    # The target is there, whole: what closing says cannot undo that (and the caller
+    # must be told it was published).
+    with contextlib.suppress(OSError):
         os.close(fd)
     return True
 
