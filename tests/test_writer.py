@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from asyncdl import quick_io, writer
+from asyncdl import quick_io, unnamed_files, writer
 from asyncdl.writer import TEMP_RUN, TempFile, is_temp_file
 
 
@@ -368,14 +368,14 @@ async def test_a_file_system_without_unnamed_files_gets_a_named_temp_file(
 ) -> None:
     # open() of a directory for writing is refused (EISDIR), as a file system
     # without O_TMPFILE refuses it: that directory is then not asked again.
-    monkeypatch.setattr(writer, "_TMPFILE_FLAGS", os.O_WRONLY)
-    monkeypatch.setattr(writer, "_NO_TMPFILE", set())
+    monkeypatch.setattr(unnamed_files, "_TMPFILE_FLAGS", os.O_WRONLY)
+    monkeypatch.setattr(unnamed_files, "_NO_TMPFILE", set())
     temp = TempFile(tmp_path / "t", 3)
     await temp.write(0, b"abc")
     await temp.commit()
     assert (tmp_path / "t").read_bytes() == b"abc"
-    assert str(tmp_path) in writer._NO_TMPFILE
-    assert len(writer._NO_TMPFILE) == 1
+    assert str(tmp_path) in unnamed_files._NO_TMPFILE
+    assert len(unnamed_files._NO_TMPFILE) == 1
     _no_named_temp_file(monkeypatch, tmp_path)
     again = TempFile(tmp_path / "u", 3)
     await again.write(0, b"abc")

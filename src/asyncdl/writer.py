@@ -22,7 +22,7 @@ caller tell what is on disk.
 
 A new file written in one go (a small object, no ``fsync``) needs no temp name at
 all on Linux: it is written unnamed (``O_TMPFILE``) and linked at the target, which
-appears whole or not at all (see ``_link_unnamed``). Temp files are named by
+appears whole or not at all (see :mod:`asyncdl.unnamed_files`). Temp files are named by
 :mod:`asyncdl.temp_names`.
 """
 
@@ -34,7 +34,6 @@ import contextlib
 import errno
 import os
 import stat
-import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -49,6 +48,7 @@ from .temp_names import NAME_MAX, temp_name
 from .temp_names import TEMP_RUN as TEMP_RUN  # noqa: PLC0414 - re-exported: its old home
 from .temp_names import cut_name as cut_name  # noqa: PLC0414
 from .temp_names import is_temp_file as is_temp_file  # noqa: PLC0414
+from .unnamed_files import link_unnamed
 
 try:
     import fcntl
@@ -333,7 +333,7 @@ class TempFile:
             raise RuntimeError(f"commit of {len(data)} bytes of a {self.size}-byte file")
         self._enter()  # outside the try: a discarded file is never published
         try:
-            if not self._fsync and _link_unnamed(self._parent, str(self.target), data):
+            if not self._fsync and link_unnamed(self._parent, str(self.target), data):
                 self.published = True
                 return
             fd = self._fd = self._create()
@@ -371,72 +371,6 @@ class TempFile:
             if self._created:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(self._path)
-
-
-def _link_unnamed(parent: str, target: str, data: bytes) -> bool:
-    """Publish ``data`` as the new file ``target`` with no name in between: an unnamed
-    file in ``parent`` (``O_TMPFILE``), written, then linked at ``target``. False when
-    that cannot be done here (no ``O_TMPFILE`` on the system or the file system, no
-    ``/proc``) or ``target`` exists: the caller then writes a named temp file and
-    renames it, which replaces a target and keeps its mode.
-
-    A new file in one write is most of a bulk download of small objects. This way it
-    costs one directory entry added (the link) instead of a temp name created, then
-    renamed (each a search of the directory, long in a directory of many files), and
-    no lock or stat: a file without a name is nobody else's, and a crash before the
-    link leaves nothing behind, not even a temp file."""
-    if _TMPFILE_FLAGS is None or parent in _NO_TMPFILE:
-        return False
-    try:
-        # An existing target (a download again) is not worth writing twice; one that
-        # appears meanwhile makes the link fail, and the named way replaces it.
-        os.lstat(target)
-        return False
-    except FileNotFoundError:
-        pass
-    except OSError:
-        return False  # the named way meets (and reports) what this is
-    try:
-        fd = os.open(parent or ".", _TMPFILE_FLAGS, 0o666)
-    except OSError as exc:
-        if exc.errno in _TMPFILE_UNSUPPORTED:
-            # Per directory, not per process: another file system may take it.
-            if len(_NO_TMPFILE) >= _NO_TMPFILE_MAX:
-                _NO_TMPFILE.clear()
-            _NO_TMPFILE.add(parent)
-        return False  # the named temp file meets (and reports) any other error
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        # /proc's link to the open file, followed: linkat(2) with AT_SYMLINK_FOLLOW,
-        # which needs no privilege (AT_EMPTY_PATH does). The absolute path makes the
-        # directory descriptor unused; giving one is what makes Python call linkat.
-        os.link(f"/proc/self/fd/{fd}", target, src_dir_fd=fd, follow_symlinks=True)
-    except OSError:
-        # The target appeared (a link never replaces), or /proc cannot link here: the
-        # unnamed file goes with its descriptor, and the named way decides.
-        with contextlib.suppress(OSError):
-            os.close(fd)
-        return False
-    # The target is there, whole: what closing says cannot undo that (and the caller
-    # must be told it was published).
-    with contextlib.suppress(OSError):
-        os.close(fd)
-    return True
-
-
-_TMPFILE = getattr(os, "O_TMPFILE", None)
-_TMPFILE_FLAGS = (
-    None
-    if _TMPFILE is None or not sys.platform.startswith("linux")
-    else _TMPFILE | os.O_WRONLY | getattr(os, "O_CLOEXEC", 0)
-)
-#: What ``open(O_TMPFILE)`` answers where the file system (or kernel) lacks it.
-_TMPFILE_UNSUPPORTED = frozenset({errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL, errno.ENOSYS})
-#: Directories where it was refused; cleared when full (a bulk download meets many).
-_NO_TMPFILE: set[str] = set()
-_NO_TMPFILE_MAX = 1024
 
 
 def hold(fd: int) -> bool:
