@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import random
 import zlib
 from pathlib import Path
@@ -280,3 +281,36 @@ def test_a_line_repeated_is_parsed_once(monkeypatch: pytest.MonkeyPatch) -> None
     assert found.damaged is None
     assert found.ranges == [(0, 20, {"CRC32": 6})]
     assert len(parsed) == 3, f"{len(parsed)} lines parsed"
+
+
+def test_a_journal_replaced_as_it_is_opened_is_opened_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A compaction renames the new journal over the old one just after a reader opened
+    # the old: the file it holds has no name left (st_nlink 0). That is no hard link,
+    # nor a damaged journal: the name now holds the new one, which is opened instead.
+    path = tmp_path / ".t.asyncdl-journal"
+    path.write_bytes(b"old")
+    path.chmod(0o600)
+    real_open = os.open
+    replaced: list[bool] = []
+
+    def open_then_replace(name: Any, flags: int, mode: int = 0o777) -> int:
+        fd = real_open(name, flags, mode)
+        if not replaced:
+            replaced.append(True)
+            new = tmp_path / "new"
+            new.write_bytes(b"new")
+            new.chmod(0o600)
+            os.replace(new, path)
+        return fd
+
+    monkeypatch.setattr(os, "open", open_then_replace)
+    fd = partial_paths.open_locked(path, RuntimeError, shared=True)
+    monkeypatch.undo()
+    assert fd is not None
+    try:
+        assert replaced
+        assert os.pread(fd, 10, 0) == b"new"
+    finally:
+        os.close(fd)

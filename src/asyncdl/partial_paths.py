@@ -111,7 +111,9 @@ def why_not_ours(st: os.stat_result) -> str | None:
     return None
 
 
-def open_regular(path: Path, flags: int, mode: int = 0o600, *, ours: bool = True) -> int:
+def open_regular(
+    path: Path, flags: int, mode: int = 0o600, *, ours: bool = True, depth: int = 0
+) -> int:
     """``path`` opened with ``flags`` (``O_NOFOLLOW`` among them), if it is a regular
     file, and (with ``ours``) this user's alone with no other name; else
     :class:`NotRegular`."""
@@ -129,11 +131,23 @@ def open_regular(path: Path, flags: int, mode: int = 0o600, *, ours: bool = True
         if why is None:
             raise
         raise NotRegular(exc.errno, why, str(path)) from None
-    why = _why(os.fstat(fd), ours=ours)
+    st = os.fstat(fd)
+    if st.st_nlink == 0 and stat.S_ISREG(st.st_mode):
+        # Opened just before a rename replaced it (a journal's compaction) or an unlink
+        # removed it: no hard link, nothing damaged; what the name holds now is asked.
+        os.close(fd)
+        if depth >= _REOPENS:
+            raise OSError(errno.EAGAIN, "the file keeps being replaced", str(path))
+        return open_regular(path, flags, mode, ours=ours, depth=depth + 1)
+    why = _why(st, ours=ours)
     if why is not None:
         os.close(fd)
         raise NotRegular(errno.EINVAL, why, str(path))
     return fd
+
+
+#: Times a file replaced as it is opened is opened again.
+_REOPENS = 8
 
 
 def _why(st: os.stat_result, *, ours: bool) -> str | None:
