@@ -111,39 +111,43 @@ def why_not_ours(st: os.stat_result) -> str | None:
     return None
 
 
-def open_regular(
-    path: Path, flags: int, mode: int = 0o600, *, ours: bool = True, depth: int = 0
-) -> int:
+def open_regular(path: Path, flags: int, mode: int = 0o600, *, ours: bool = True) -> int:
     """``path`` opened with ``flags`` (``O_NOFOLLOW`` among them), if it is a regular
     file, and (with ``ours``) this user's alone with no other name; else
     :class:`NotRegular`."""
-    try:
-        fd = os.open(path, flags, mode)
-    except OSError as exc:
-        # A link at the name: ELOOP (EMLINK on FreeBSD). A directory: EISDIR when
-        # opened for writing. Another user's file: maybe EACCES.
-        if exc.errno not in (errno.ELOOP, errno.EMLINK, errno.EISDIR, errno.EACCES, errno.EPERM):
-            raise
+    for _ in range(_REOPENS):
         try:
-            why = _why(os.lstat(path), ours=ours)
-        except OSError:
-            why = None
-        if why is None:
-            raise
-        raise NotRegular(exc.errno, why, str(path)) from None
-    st = os.fstat(fd)
-    if st.st_nlink == 0 and stat.S_ISREG(st.st_mode):
-        # Opened just before a rename replaced it (a journal's compaction) or an unlink
-        # removed it: no hard link, nothing damaged; what the name holds now is asked.
-        os.close(fd)
-        if depth >= _REOPENS:
-            raise OSError(errno.EAGAIN, "the file keeps being replaced", str(path))
-        return open_regular(path, flags, mode, ours=ours, depth=depth + 1)
-    why = _why(st, ours=ours)
-    if why is not None:
-        os.close(fd)
-        raise NotRegular(errno.EINVAL, why, str(path))
-    return fd
+            fd = os.open(path, flags, mode)
+        except OSError as exc:
+            # A link at the name: ELOOP (EMLINK on FreeBSD). A directory: EISDIR when
+            # opened for writing. Another user's file: maybe EACCES.
+            if exc.errno not in (
+                errno.ELOOP,
+                errno.EMLINK,
+                errno.EISDIR,
+                errno.EACCES,
+                errno.EPERM,
+            ):
+                raise
+            try:
+                why = _why(os.lstat(path), ours=ours)
+            except OSError:
+                why = None
+            if why is None:
+                raise
+            raise NotRegular(exc.errno, why, str(path)) from None
+        st = os.fstat(fd)
+        if st.st_nlink == 0 and stat.S_ISREG(st.st_mode):
+            # Opened just before a rename replaced it (a journal's compaction) or an
+            # unlink removed it: no hard link, nothing damaged; the name is asked again.
+            os.close(fd)
+            continue
+        why = _why(st, ours=ours)
+        if why is not None:
+            os.close(fd)
+            raise NotRegular(errno.EINVAL, why, str(path))
+        return fd
+    raise OSError(errno.EAGAIN, "the file keeps being replaced", str(path))
 
 
 #: Times a file replaced as it is opened is opened again.
