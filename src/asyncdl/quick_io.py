@@ -11,9 +11,11 @@ create), file calls go to the executor for :attr:`QuickIO.OFF_LOOP` seconds, the
 the loop is tried again; a file system still slow then stays off the loop twice as
 long each time, up to :attr:`QuickIO.MAX_OFF_LOOP`.
 
-What is not the file system's fault does not count: a call during which a garbage
-collection ran (the collection took the time), and one slow call now and then (the
-scheduler on a busy machine).
+What is not the file system's fault does not count: the time garbage collections
+took during a call (taken off its time; a collection in another thread too, which
+takes off too much only when it overlapped a call blocked in the kernel, and so
+never hides a stall longer than the collection), and one slow call now and then
+(the scheduler on a busy machine).
 
 The time off the loop is a time, not a number of calls: trying the loop again
 stalls it for the two slow calls that send it back, so how often that may happen is
@@ -33,17 +35,27 @@ from typing import Any, TypeVar
 _T = TypeVar("_T")
 
 _collections = 0
+#: Seconds the collections so far took, and when the one under way began (0: none).
+_collecting = 0.0
+_collecting_since = 0.0
 
 
 def _count_collection(phase: str, info: dict[str, Any]) -> None:
-    global _collections  # noqa: PLW0603 (one counter per process, as the collector)
+    # One counter per process, as the collector.
+    global _collections, _collecting, _collecting_since  # noqa: PLW0603
     if phase == "start":
         _collections += 1
+        _collecting_since = time.perf_counter()
+    elif _collecting_since:
+        _collecting += time.perf_counter() - _collecting_since
+        _collecting_since = 0.0
 
 
 # A collection runs whole inside whatever call allocated: one that starts during a
-# timed call ends there too. The counter is all the library adds to the collector;
-# its settings are the application's (the ``asyncdl`` command's, see ``cli.work``).
+# timed call ends there too. A collection in another thread holds the GIL, which a
+# call here waits for once its system call is done. The callback is all the library
+# adds to the collector; its settings are the application's (the ``asyncdl``
+# command's, see ``cli.work``).
 gc.callbacks.append(_count_collection)
 
 
@@ -108,26 +120,22 @@ class QuickIO:
             call = functools.partial(function, *args, **kwargs)
             return await asyncio.get_running_loop().run_in_executor(None, call)
         # As ``timed``, with no partial made for the call on the loop (one per object).
-        collected = _collections
+        collecting = _collecting
         started = time.perf_counter()
         try:
             return function(*args, **kwargs)
         finally:
-            seconds = time.perf_counter() - started
-            if _collections == collected:
-                self.took(seconds)
+            self.took(time.perf_counter() - started - (_collecting - collecting))
 
     def timed(self, function: Callable[[], _T]) -> _T:
-        """``function()`` here, on the loop, its time counted (see :meth:`took`)
-        unless a garbage collection ran meanwhile."""
-        collected = _collections
+        """``function()`` here, on the loop, its time counted (see :meth:`took`) less
+        the time garbage collections took meanwhile."""
+        collecting = _collecting
         started = time.perf_counter()
         try:
             return function()
         finally:
-            seconds = time.perf_counter() - started
-            if _collections == collected:
-                self.took(seconds)
+            self.took(time.perf_counter() - started - (_collecting - collecting))
 
 
 class QuickWrites(QuickIO):
