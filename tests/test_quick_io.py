@@ -23,7 +23,8 @@ def sleeping(seconds: float) -> None:
 @pytest.fixture
 def slow_collections() -> Iterator[None]:
     """Every garbage collection takes 5 ms more, long enough to be slow on any machine:
-    a callback of the collector's own runs inside it."""
+    a callback of the collector's own, appended after quick_io's (which times what runs
+    between its start and its stop)."""
 
     def linger(phase: str, info: dict[str, Any]) -> None:
         if phase == "start":
@@ -60,6 +61,69 @@ def test_a_stall_is_one_though_another_thread_collected_meanwhile() -> None:
 
     policy.timed(stalled_write)
     assert not policy.allowed()
+
+
+class HeldCollection:
+    """A collection in a thread of its own that stops, once begun, until released: as
+    one whose finalizer blocks (it gives up the GIL, and other threads run meanwhile)."""
+
+    def __init__(self, *, wait_for: threading.Event | None = None) -> None:
+        self.began, self.release, self.ended = (threading.Event() for _ in range(3))
+        self._wait_for = wait_for
+        self.thread = threading.Thread(target=self._collect)
+
+    def _collect(self) -> None:
+        if self._wait_for is not None:
+            self._wait_for.wait(5)
+        gc.collect()
+
+    def _hold(self, phase: str, info: dict[str, Any]) -> None:
+        if threading.current_thread() is not self.thread:
+            return
+        if phase == "start":
+            self.began.set()
+            self.release.wait(5)
+        else:  # after quick_io's own callback: the collection is over for it too
+            self.ended.set()
+
+    def __enter__(self) -> HeldCollection:
+        gc.callbacks.append(self._hold)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.release.set()
+        self.thread.join()
+        gc.callbacks.remove(self._hold)
+
+
+def test_a_collection_under_way_as_a_call_begins_takes_off_only_their_overlap() -> None:
+    policy = QuickWrites()
+    with HeldCollection() as held:
+        assert held.began.wait(5)
+        time.sleep(0.2)  # collecting well before the call
+
+        def stalled_write() -> None:
+            held.release.set()  # the collection ends as the write begins
+            assert held.ended.wait(5)  # (its work, however long the heap makes it)
+            time.sleep(policy.STALL * 3)
+
+        policy.timed(stalled_write)
+    assert not policy.allowed()
+
+
+def test_a_collection_still_under_way_as_a_call_ends_takes_off_their_overlap() -> None:
+    policy = QuickWrites()
+    go = threading.Event()
+    with HeldCollection(wait_for=go) as held:
+
+        def write_waiting_for_the_collection() -> None:
+            go.set()
+            assert held.began.wait(5)
+            time.sleep(policy.STALL * 2)  # the time the collection took from the call
+
+        policy.timed(write_waiting_for_the_collection)
+    assert policy.allowed()
 
 
 @pytest.mark.usefixtures("slow_collections")

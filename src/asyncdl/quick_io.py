@@ -12,9 +12,9 @@ the loop is tried again; a file system still slow then stays off the loop twice 
 long each time, up to :attr:`QuickIO.MAX_OFF_LOOP`.
 
 What is not the file system's fault does not count: the time garbage collections
-took during a call (taken off its time; a collection in another thread too, which
-takes off too much only when it overlapped a call blocked in the kernel, and so
-never hides a stall longer than the collection), and one slow call now and then
+took during a call (the call's overlap with them is taken off its time; a collection
+in another thread counts too, as the call waits for the GIL it holds, so a stall
+hides behind one only for as long as they overlap), and one slow call now and then
 (the scheduler on a busy machine).
 
 The time off the loop is a time, not a number of calls: trying the loop again
@@ -35,27 +35,35 @@ from typing import Any, TypeVar
 _T = TypeVar("_T")
 
 _collections = 0
-#: Seconds the collections so far took, and when the one under way began (0: none).
-_collecting = 0.0
-_collecting_since = 0.0
+#: Seconds the collections so far took, and when the one under way began (0.0: none):
+#: one tuple, so that a thread reading it never sees half an update.
+_gc_clock: tuple[float, float] = (0.0, 0.0)
 
 
 def _count_collection(phase: str, info: dict[str, Any]) -> None:
-    # One counter per process, as the collector.
-    global _collections, _collecting, _collecting_since  # noqa: PLW0603
+    # One count and one clock per process, as the collector.
+    global _collections, _gc_clock  # noqa: PLW0603
+    done, since = _gc_clock
     if phase == "start":
         _collections += 1
-        _collecting_since = time.perf_counter()
-    elif _collecting_since:
-        _collecting += time.perf_counter() - _collecting_since
-        _collecting_since = 0.0
+        _gc_clock = (done, time.perf_counter())
+    elif since:
+        _gc_clock = (done + time.perf_counter() - since, 0.0)
 
 
-# A collection runs whole inside whatever call allocated: one that starts during a
-# timed call ends there too. A collection in another thread holds the GIL, which a
-# call here waits for once its system call is done. The callback is all the library
-# adds to the collector; its settings are the application's (the ``asyncdl``
-# command's, see ``cli.work``).
+def _collected_until(now: float) -> float:
+    """Seconds collections took up to ``now``, the one under way up to ``now``: the
+    difference of two readings is the overlap of the time between with collections."""
+    done, since = _gc_clock
+    return done + (now - since) if since else done
+
+
+# A collection in the loop's thread runs whole inside the call that allocated. One in
+# another thread may begin before a call and end during it, or go on after it, when
+# it gives up the GIL (a finalizer that blocks): only the overlap is taken off.
+# Other gc callbacks' work is timed only where it runs between this one's start and
+# its stop. The callback is all the library adds to the collector; its settings are
+# the application's (the ``asyncdl`` command's, see ``cli.work``).
 gc.callbacks.append(_count_collection)
 
 
@@ -120,22 +128,24 @@ class QuickIO:
             call = functools.partial(function, *args, **kwargs)
             return await asyncio.get_running_loop().run_in_executor(None, call)
         # As ``timed``, with no partial made for the call on the loop (one per object).
-        collecting = _collecting
         started = time.perf_counter()
+        collected = _collected_until(started)
         try:
             return function(*args, **kwargs)
         finally:
-            self.took(time.perf_counter() - started - (_collecting - collecting))
+            ended = time.perf_counter()
+            self.took(ended - started - (_collected_until(ended) - collected))
 
     def timed(self, function: Callable[[], _T]) -> _T:
         """``function()`` here, on the loop, its time counted (see :meth:`took`) less
-        the time garbage collections took meanwhile."""
-        collecting = _collecting
+        its overlap with garbage collections."""
         started = time.perf_counter()
+        collected = _collected_until(started)
         try:
             return function()
         finally:
-            self.took(time.perf_counter() - started - (_collecting - collecting))
+            ended = time.perf_counter()
+            self.took(ended - started - (_collected_until(ended) - collected))
 
 
 class QuickWrites(QuickIO):
