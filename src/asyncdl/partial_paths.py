@@ -111,6 +111,10 @@ def why_not_ours(st: os.stat_result) -> str | None:
     return None
 
 
+#: Times a file replaced as it is opened is opened again.
+_REOPENS = 8
+
+
 def open_regular(path: Path, flags: int, mode: int = 0o600, *, ours: bool = True) -> int:
     """``path`` opened with ``flags`` (``O_NOFOLLOW`` among them), if it is a regular
     file, and (with ``ours``) this user's alone with no other name; else
@@ -148,10 +152,6 @@ def open_regular(path: Path, flags: int, mode: int = 0o600, *, ours: bool = True
             raise NotRegular(errno.EINVAL, why, str(path))
         return fd
     raise OSError(errno.EAGAIN, "the file keeps being replaced", str(path))
-
-
-#: Times a file replaced as it is opened is opened again.
-_REOPENS = 8
 
 
 def _why(st: os.stat_result, *, ours: bool) -> str | None:

@@ -34,18 +34,16 @@ from typing import Any, TypeVar
 
 _T = TypeVar("_T")
 
-_collections = 0
 #: Seconds the collections so far took, and when the one under way began (0.0: none):
 #: one tuple, so that a thread reading it never sees half an update.
 _gc_clock: tuple[float, float] = (0.0, 0.0)
 
 
 def _count_collection(phase: str, info: dict[str, Any]) -> None:
-    # One count and one clock per process, as the collector.
-    global _collections, _gc_clock  # noqa: PLW0603
+    # One clock per process, as the collector.
+    global _gc_clock  # noqa: PLW0603
     done, since = _gc_clock
     if phase == "start":
-        _collections += 1
         _gc_clock = (done, time.perf_counter())
     elif since:
         _gc_clock = (done + time.perf_counter() - since, 0.0)
@@ -65,12 +63,6 @@ def _collected_until(now: float) -> float:
 # its stop. The callback is all the library adds to the collector; its settings are
 # the application's (the ``asyncdl`` command's, see ``cli.work``).
 gc.callbacks.append(_count_collection)
-
-
-def collections() -> int:
-    """Garbage collections (of any generation) started in this process so far, since
-    this module was imported."""
-    return _collections
 
 
 class QuickIO:
