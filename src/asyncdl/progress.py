@@ -77,9 +77,11 @@ class _Checked:
         self._total = total
 
     def __call__(self, delta: int, total: int) -> object:
+        # The casts' types as strings: evaluated, ``Callable[...]`` builds a generic
+        # alias on every call, and this runs for every piece of every object.
         if self._total:
-            return cast(Callable[[int, int], object], self._callback)(delta, total)
-        return cast(Callable[[int], object], self._callback)(delta)
+            return cast("Callable[[int, int], object]", self._callback)(delta, total)
+        return cast("Callable[[int], object]", self._callback)(delta)
 
 
 def with_total(callback: ProgressCallback) -> Callable[[int, int], object]:
