@@ -29,7 +29,7 @@ from asyncdl.testing.tcp_proxy import Fault, RequestRecord, TcpProxy
 from asyncdl.writer import is_temp_file
 
 from .conftest import CHUNK, payload, temp_files
-from .spawn import sigint_ignored, spawned
+from .spawn import sigint_ignored, spawned, stops_ignored
 from .test_bulk import put_in_backend
 
 
@@ -515,10 +515,11 @@ def test_a_stop_signal_cancels_cleanly_with_128_plus_its_number(
         args = ["-r", f"s3://{bucket}/dir/", str(tmp_path)]
     else:
         args = [f"s3://{bucket}/dir/big.bin", str(target)]
-    # Whatever started pytest (a background job ignores SIGINT), the child gets Ctrl-C.
-    # --no-resume: a temp file, removed on the way out (a partial file would stay).
+    # Whatever started pytest (a background job ignores SIGINT, nohup SIGHUP), the child
+    # gets the signal at its default. --no-resume: a temp file, removed on the way out
+    # (a partial file would stay).
     options = ["--endpoint-url", proxy.url, "--chunk-size", "64KiB", "--no-resume"]
-    with sigint_ignored(), spawn_cli("cp", *options, *args) as running:
+    with stops_ignored(), spawn_cli("cp", *options, *args) as running:
         wait_for_a_temp_file(running, tmp_path)
         running.send_signal(signum)
         _, err = running.communicate(timeout=60)
@@ -549,18 +550,33 @@ def test_a_signal_ignored_at_start_stays_ignored(
     assert target.read_bytes() == data
 
 
-def test_children_get_the_default_ctrl_c_whatever_started_pytest() -> None:
-    probe = [
-        sys.executable,
-        "-c",
-        "import signal; print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)",
-    ]
-    with sigint_ignored():
+def probe_children(code: str, ignoring: Any) -> tuple[str, str]:
+    """What ``python -c code`` prints as a plain child and as a ``spawned`` one, while
+    this process ignores signals (``ignoring``: a context manager of ``spawn``)."""
+    probe = [sys.executable, "-c", code]
+    with ignoring():
         plain = subprocess.run(probe, capture_output=True, text=True, timeout=60, check=True)
         with spawned(probe, stdout=subprocess.PIPE, text=True) as child:
             out, _ = child.communicate(timeout=60)
-    assert plain.stdout == "False\n"  # what a plain child of an ignoring parent gets
+    return plain.stdout, out
+
+
+def test_children_get_the_default_ctrl_c_whatever_started_pytest() -> None:
+    code = "import signal; print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)"
+    plain, out = probe_children(code, sigint_ignored)
+    assert plain == "False\n"  # what a plain child of an ignoring parent gets
     assert out == "True\n"
+
+
+def test_children_get_the_default_stop_signals_whatever_started_pytest() -> None:
+    # Under nohup pytest ignores SIGHUP; some runners ignore SIGTERM.
+    code = (
+        "import signal; print([signal.getsignal(n) is signal.SIG_DFL"
+        " for n in (signal.SIGTERM, signal.SIGHUP)])"
+    )
+    plain, out = probe_children(code, stops_ignored)
+    assert plain == "[False, False]\n"  # what a plain child of an ignoring parent gets
+    assert out == "[True, True]\n"
 
 
 def test_cat_of_a_corrupted_object_exits_1_as_a_subprocess(
