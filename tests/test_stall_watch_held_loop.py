@@ -95,3 +95,46 @@ async def test_a_server_that_sends_nothing_is_still_a_stall(server: TwoPieces) -
             await reader.read()
         # Judged once the loop ran again: a short look after the late timer.
         assert time.monotonic() - started < 3 * TIMEOUT + 2.0
+
+
+async def test_a_body_already_whole_sets_no_watch() -> None:
+    # A tiny object's answer often comes in one packet: its reads cannot wait, and a
+    # timer set and cancelled for it is work per object for nothing.
+    body = b"whole"
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def serve() -> None:
+        connection, _ = listener.accept()
+        with connection:
+            while b"\r\n\r\n" not in connection.recv(4096):
+                pass
+            head = f"HTTP/1.1 200 OK\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+            connection.sendall(head + body)
+            connection.recv(1)  # until the client closes
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(f"http://127.0.0.1:{port}/") as response,
+        ):
+            for _ in range(1000):  # the body's bytes come after the headers, soon
+                if response.content.is_eof():
+                    break
+                await asyncio.sleep(0.01)
+            with BodyReader(response, TIMEOUT, 1024 * 1024) as reader:
+                assert reader._timer is None
+                got = b""
+                while piece := await reader.read():
+                    got += piece
+            assert got == body
+    finally:
+        listener.close()
+        thread.join(5)
+
+
+async def test_a_body_still_coming_is_watched(server: TwoPieces) -> None:
+    async with past_the_first_piece(server) as reader:
+        assert reader._timer is not None

@@ -125,7 +125,10 @@ class BodyReader:
         self._size = size
         raw = _response_of(body)  # once per body: the stream is the answer's content
         self._stream = _content_of(raw)
-        if raw is not None and self._stream is not None:
+        #: aiohttp holds the whole body already (a tiny object's, often): no read can
+        #: wait, nor hold more than there is, so it needs no stall watch and no limits.
+        self._whole = self._stream is not None and self._stream.is_eof()
+        if raw is not None and self._stream is not None and not self._whole:
             # Half a write's worth waiting in aiohttp, and socket reads of that much at
             # most: with the write being gathered and the one in flight, a response
             # holds about two writes' worth (see parts.write_target).
@@ -139,7 +142,7 @@ class BodyReader:
         self._due = 0.0
 
     def __enter__(self) -> BodyReader:
-        if self._stream is not None:
+        if self._stream is not None and not self._whole:
             self._watch(self._last + self._timeout)
         return self
 
