@@ -5,8 +5,10 @@ Validated before any request is sent or any file is touched.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
@@ -142,31 +144,56 @@ def redacted(extra_args: ExtraArgs) -> dict[str, str | bytes]:
     return {name: "***" if name in _SECRET_ARGS else value for name, value in extra_args.items()}
 
 
+#: The class ``Path(...)`` makes here (``PosixPath`` or ``WindowsPath``).
+_PATH = type(Path())
+
+
+#: The errors of a stat that ``Path.is_dir`` takes for "no" (any other it raises, as a
+#: name too long): the errnos, then the Windows error codes.
+_NOT_THERE = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP})
+_NOT_THERE_WINDOWS = frozenset({21, 123, 1921})
+
+
+def _is_dir(text: str) -> bool:
+    """``Path.is_dir`` for a path's text, without a second ``Path``."""
+    try:
+        return stat.S_ISDIR(os.stat(text).st_mode)
+    except OSError as exc:
+        if exc.errno in _NOT_THERE or getattr(exc, "winerror", None) in _NOT_THERE_WINDOWS:
+            return False
+        raise
+    except ValueError:
+        return False
+
+
 #: Whether ``access("dir/")`` fails for anything but a directory, as POSIX has it.
 _WRITABLE_DIR_IN_ONE_CALL = os.name == "posix"
 
 
-def _as_directory(target: Path) -> str:
+def _as_directory(target: str) -> str:
     """``target``'s parent directory, with a trailing "/"."""
-    parent = os.path.dirname(str(target)) or "."
+    parent = os.path.dirname(target) or "."
     return parent if parent.endswith("/") else parent + "/"
 
 
 def check_target(path: str | os.PathLike[str], *, bucket: str, key: str) -> Path:
     """The target must be creatable in an existing, writable directory."""
     try:
-        target = Path(os.fspath(path))
+        # A plain Path (a bulk download's targets) is taken as it is: parsed again, it
+        # is the same Path, at a cost per object.
+        target = path if type(path) is _PATH else Path(os.fspath(path))
     except TypeError:
         raise InvalidRequestError(
             f"path must be a str or os.PathLike, got {path!r}", bucket=bucket, key=key
         ) from None
-    if "\x00" in str(target):
-        raise InvalidRequestError(f"path {str(target)!r} holds a NUL byte", bucket=bucket, key=key)
+    text = str(target)
+    if "\x00" in text:
+        raise InvalidRequestError(f"path {text!r} holds a NUL byte", bucket=bucket, key=key)
     if not target.name or target.name in (".", ".."):
-        raise InvalidRequestError(f"path {str(target)!r} names no file", bucket=bucket, key=key)
-    if target.is_dir():
-        raise InvalidRequestError(f"path {str(target)!r} is a directory", bucket=bucket, key=key)
-    if _WRITABLE_DIR_IN_ONE_CALL and os.access(_as_directory(target), os.W_OK | os.X_OK):
+        raise InvalidRequestError(f"path {text!r} names no file", bucket=bucket, key=key)
+    if _is_dir(text):
+        raise InvalidRequestError(f"path {text!r} is a directory", bucket=bucket, key=key)
+    if _WRITABLE_DIR_IN_ONE_CALL and os.access(_as_directory(text), os.W_OK | os.X_OK):
         # A writable directory (the trailing "/" makes any other file fail): what the
         # two checks below find, in one call and no second Path.
         return target
