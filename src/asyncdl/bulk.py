@@ -354,7 +354,9 @@ class _Places:
         directories; or say why it cannot have it."""
         if target in self._dirs:
             return f"{str(target)!r} is already a directory (for key {self._dirs[target]!r})"
-        directories = target.parents[:depth]  # the root last
+        # Each Path made once: a new one hashes its parts again, per object.
+        parent = target.parent
+        directories = (parent,) if depth == 1 else target.parents[:depth]  # the root last
         for directory in directories[:-1]:
             if directory in self._files:
                 return f"{str(directory)!r} is already a file (key {self._files[directory]!r})"
@@ -363,11 +365,11 @@ class _Places:
             # fails) leaves nothing behind. If it cannot be made, no key can land.
             await _makedirs(self.root, exist_ok=True)
             self._dirs[self.root] = key
-        if target.parent not in self._dirs:
+        if parent not in self._dirs:
             try:
-                await _makedirs(target.parent, exist_ok=True)
+                await _makedirs(parent, exist_ok=True)
             except OSError as exc:
-                return f"cannot create directory {str(target.parent)!r}: {exc.strerror}"
+                return f"cannot create directory {str(parent)!r}: {exc.strerror}"
             for directory in directories:
                 self._dirs.setdefault(directory, key)
         self._files[target] = key
