@@ -459,6 +459,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"--loop {args.loop} needs uvloop (the bench extra installs it)")
     if args.runs < 1 or args.warm_up < 0:
         parser.error("--runs must be 1 or more, and --warm-up 0 or more")
+    if args.dest is not None and not os.path.isdir(args.dest):
+        parser.error(f"--dest {args.dest}: not a directory")
     if args.checksum_type is None:
         args.checksum_type = "FULL_OBJECT" if args.checksum == "CRC64NVME" else "COMPOSITE"
     return args

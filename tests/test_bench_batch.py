@@ -99,3 +99,17 @@ def test_a_failed_warm_up_is_told(monkeypatch: pytest.MonkeyPatch) -> None:
     args = argparse.Namespace(loop="asyncio", server_name="moto")
     found = report.notes({"median": {}}, batch.told(runs, warm_ups), args)
     assert any(line.startswith("plain-get (warm-up) worker FAILED") for line in found)
+
+
+def test_a_dest_that_is_no_directory_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Refused before a server starts or a bucket is seeded (it failed in mkdtemp then).
+    file = tmp_path / "file"
+    file.write_bytes(b"")
+    for dest in (tmp_path / "missing", file):
+        with pytest.raises(SystemExit) as exited:
+            batch.parse_args(["--dest", str(dest)])
+        assert exited.value.code == 2
+        assert f"--dest {dest}: not a directory" in capsys.readouterr().err
+    assert sorted(tmp_path.iterdir()) == [file]
