@@ -14,6 +14,12 @@ costs, with start-up, imports and the client's creation cancelled out.
     python3 -m nox -s bench -- instructions --strategy get-first
     python3 -m nox -s bench -- instructions --strategy listed --concurrency 10
     python3 -m nox -s bench -- instructions --collector command
+    python3 -m nox -s bench -- instructions --strategy command --low 100 --high 1100
+
+``--strategy command`` measures the ``asyncdl cp -r`` command itself (its listing,
+its line per object, its collector), run in the measured process on the loop it
+picks (``ASYNCDL_LOOP``: uvloop when installed), of a prefix of ``--low`` objects and
+of one of ``--high``.
 
 Under callgrind the process runs about 50 times slower: a stat or a small file's
 publish that takes tens of microseconds takes milliseconds, and ``QuickIO`` would
@@ -27,6 +33,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import io
 import os
 import re
 import secrets
@@ -37,10 +44,39 @@ import tempfile
 from contextlib import ExitStack
 from pathlib import Path
 
-from peers import key_name
-from servers import SERVERS, Seeding, seed, serve
+from peers import PREFIX, key_name
+from servers import SERVERS, Seeding, seed, seeding_client, serve
 
-STRATEGIES = ("get-first", "head-first", "listed")
+STRATEGIES = ("get-first", "head-first", "listed", "command")
+#: Where ``--strategy command`` finds each run's objects: the low run's apart.
+LOW_PREFIX = "low/"
+
+
+def run_command(args: argparse.Namespace) -> None:
+    """The measured process for ``--strategy command``: ``asyncdl cp -r`` of the
+    ``args.count`` objects, in this process."""
+    from asyncdl import quick_io  # noqa: PLC0415
+    from asyncdl.cli import main as command  # noqa: PLC0415
+
+    quick_io.QuickIO.LIMIT = args.quick_io_limit
+    source = f"s3://{args.bucket}/{args.prefix}"
+    with contextlib.redirect_stdout(io.StringIO()):  # a line per object, not measured
+        try:
+            command(
+                [
+                    "cp",
+                    "-r",
+                    source,
+                    args.dest,
+                    "--concurrency",
+                    str(args.concurrency),
+                    "--endpoint-url",
+                    args.endpoint_url,
+                ]
+            )
+        except SystemExit as exited:
+            if exited.code:
+                raise
 
 
 async def download(args: argparse.Namespace) -> None:
@@ -73,6 +109,13 @@ async def download(args: argparse.Namespace) -> None:
                     raise SystemExit(f"{result.key}: {result.error}")
 
 
+async def seed_low(endpoint: str, bucket: str, objects: int) -> None:
+    """``objects`` of 1 KiB under ``LOW_PREFIX`` in ``bucket``, which exists."""
+    async with seeding_client(endpoint, Seeding(1024, checksum="NONE")) as s3:
+        for index in range(objects):
+            await s3.put_object(Bucket=bucket, Key=f"{LOW_PREFIX}{index:07d}", Body=b"x" * 1024)
+
+
 def instructions(args: argparse.Namespace, endpoint: str, bucket: str, count: int) -> int:
     """Instructions of one process downloading ``count`` objects."""
     with tempfile.TemporaryDirectory(dir=args.dest) as dest:
@@ -81,6 +124,7 @@ def instructions(args: argparse.Namespace, endpoint: str, bucket: str, count: in
         command += ["--bucket", bucket, "--strategy", args.strategy]
         command += ["--concurrency", str(args.concurrency), "--dest", dest]
         command += ["--quick-io-limit", str(args.quick_io_limit), "--collector", args.collector]
+        command += ["--prefix", LOW_PREFIX if count == args.low else PREFIX]
         done = subprocess.run(command, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             raise SystemExit(f"the measured process failed:\n{done.stderr[-3000:]}")
@@ -113,12 +157,15 @@ def main(argv: list[str] | None = None) -> int:
         help="the garbage collector as Python sets it, or as the asyncdl command "
         "tunes it for its downloads (frozen start-up objects, gen 0 threshold)",
     )
-    for internal in ("--worker", "--endpoint-url", "--bucket"):
+    for internal in ("--worker", "--endpoint-url", "--bucket", "--prefix"):
         parser.add_argument(internal, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         args.count = int(args.worker)
-        asyncio.run(download(args))
+        if args.strategy == "command":
+            run_command(args)
+        else:
+            asyncio.run(download(args))
         return 0
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not on PATH (Debian: apt install valgrind)")
@@ -128,6 +175,9 @@ def main(argv: list[str] | None = None) -> int:
         server = serve(stack, args.server, part_gets=False, scratch=args.dest)
         bucket = f"asyncdl-instructions-{secrets.token_hex(4)}"
         asyncio.run(seed(server.endpoint, bucket, args.high, Seeding(1024, checksum="NONE")))
+        if args.strategy == "command":
+            # The low run's objects under a prefix of their own: cp -r takes a prefix.
+            asyncio.run(seed_low(server.endpoint, bucket, args.low))
         low = instructions(args, server.endpoint, bucket, args.low)
         high = instructions(args, server.endpoint, bucket, args.high)
     per_object = (high - low) / (args.high - args.low)
