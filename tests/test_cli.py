@@ -23,6 +23,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from asyncdl.cli import cli
+from asyncdl.cli.output import printable
 from asyncdl.cli.params import S3Url, parse_endpoint_url, parse_s3_url, parse_size
 from asyncdl.testing.moto_server import FAKE_ENV
 from asyncdl.testing.tcp_proxy import Fault, RequestRecord, TcpProxy
@@ -710,3 +711,14 @@ def test_cp_validate_required_fails_what_it_cannot_verify(
     assert "no stored checksum" in result.stderr
     assert "1 of 2 objects failed" in result.stderr
     assert sorted(os.listdir(dest)) == ["sum"]
+
+
+def test_a_name_that_is_no_utf8_is_shown_escaped() -> None:
+    # A byte that is not UTF-8 in a local name (a directory given, a file found)
+    # comes out of the file system as a lone surrogate: stdout would write it back as
+    # the raw byte under surrogateescape (0x9b is an 8-bit CSI) or fail on it.
+    name = os.fsdecode(b"/data/x\x9b[8m/a.txt")
+    assert printable(f"download: s3://b/a.txt to {name}") == (
+        "download: s3://b/a.txt to /data/x\\udc9b[8m/a.txt"
+    )
+    assert printable("plain é ✓ 😀") == "plain é ✓ 😀"

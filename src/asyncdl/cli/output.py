@@ -41,9 +41,11 @@ def silence_stdout() -> None:
 
 
 #: Characters a terminal acts on rather than shows: C0 controls, DEL, C1 controls
-#: (CSI, OSC... as single bytes), and the bidirectional overrides and isolates that
-#: reorder what follows them.
-_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+#: (CSI, OSC... as single bytes), the bidirectional overrides and isolates that
+#: reorder what follows them, and lone surrogates: a local name's byte that is not
+#: UTF-8 (0x9b, an 8-bit CSI) as the file system's names decode it, which stdout
+#: writes back as that byte or fails on.
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 
 
 def printable(text: str) -> str:
