@@ -7,8 +7,9 @@ timer armed and cancelled per read). Here an aiohttp body is read with
 ``readchunk()``: each piece as aiohttp parsed it, no copy, and the caller writes the
 pieces it gathered with one vectored write. A stall is caught by one timer per body
 that is pushed forward only when it fires: a read stamps the time, the timer
-compares. When it finds no byte for ``read_timeout``, it fails the aiohttp stream
-with a ``RetryableError`` (the read in progress raises it), rather than cancelling
+compares (a body aiohttp already holds whole gets none: no read of it can wait).
+When it finds no byte for ``read_timeout``, it fails the aiohttp stream with a
+``RetryableError`` (the read in progress raises it), rather than cancelling
 the task, which could land in a write the caller has in flight. While the caller
 writes, or a read waits for the engine's bandwidth cap, the watch is paused: a slow
 disk or a cap is not a stalled server.
