@@ -44,7 +44,7 @@ import tempfile
 from contextlib import ExitStack
 from pathlib import Path
 
-from peers import PREFIX, key_name
+from peers import PREFIX, file_name, key_name
 from servers import SERVERS, Seeding, seed, seeding_client, serve
 
 STRATEGIES = ("get-first", "head-first", "listed", "command")
@@ -111,9 +111,10 @@ async def download(args: argparse.Namespace) -> None:
 
 async def seed_low(endpoint: str, bucket: str, objects: int) -> None:
     """``objects`` of 1 KiB under ``LOW_PREFIX`` in ``bucket``, which exists."""
-    async with seeding_client(endpoint, Seeding(1024, checksum="NONE")) as s3:
+    seeding = Seeding(1024, checksum="NONE")
+    async with seeding_client(endpoint, seeding) as s3:
         for index in range(objects):
-            await s3.put_object(Bucket=bucket, Key=f"{LOW_PREFIX}{index:07d}", Body=b"x" * 1024)
+            await seeding.put(s3, bucket, LOW_PREFIX + file_name(index))
 
 
 def instructions(args: argparse.Namespace, endpoint: str, bucket: str, count: int) -> int:
