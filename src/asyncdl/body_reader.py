@@ -5,7 +5,7 @@ joins (copies) the pieces aiohttp holds into one ``bytes``; asyncdl then gathere
 those into writes (a second copy), and wrapped each read in ``asyncio.timeout`` (a
 timer armed and cancelled per read). Here an aiohttp body is read with
 ``readchunk()``: each piece as aiohttp parsed it, no copy, and the caller writes the
-pieces it gathered with one vectored write. A stall is caught by one timer per body
+pieces it gathered with vectored writes, unjoined. A stall is caught by one timer per body
 that is pushed forward only when it fires: a read stamps the time, the timer
 compares (a body aiohttp already holds whole gets none: no read of it can wait).
 When it finds no byte for ``read_timeout``, it fails the aiohttp stream with a

@@ -3,7 +3,7 @@ kept on failure, and its journal (see ``journal``), locked while the download ru
 
 Next to the target ``NAME``: ``.NAME.asyncdl-partial`` (the bytes at their offsets,
 preallocated to the object's size) and ``.NAME.asyncdl-journal``. A write's line is
-appended after ``pwritev`` returned, in the same call (with ``fsync=True``
+appended after its ``pwritev`` calls returned, in the same call (with ``fsync=True``
 after the partial was ``fdatasync``-ed): a killed process loses nothing it recorded;
 a power loss, only with ``fsync=True``. So a partial is adopted as it is only when its
 journal says every line was written so (its header's ``fsync``); otherwise each

@@ -71,7 +71,7 @@ class Fetch:
     #: after a failure, else the failure ends it.
     rewritable: bool = True
     #: Hand each piece to the sink as it arrives (a stream's reader waits for it), not
-    #: a write's worth at a time (one vectored write per ``write_target`` to a file).
+    #: a write's worth at a time (vectored writes, unjoined, per ``write_target``).
     each_piece: bool = False
 
 

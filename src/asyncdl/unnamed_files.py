@@ -16,6 +16,8 @@ import errno
 import os
 import sys
 
+from .file_writes import write_all
+
 
 def link_unnamed(parent: str, target: str, data: bytes) -> bool:
     """Publish ``data`` as the new file ``target`` with no name in between: an unnamed
@@ -44,9 +46,7 @@ def link_unnamed(parent: str, target: str, data: bytes) -> bool:
             _NO_TMPFILE.add(parent)
         return False  # the named temp file meets (and reports) any other error
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
+        write_all(fd, [data], 0)
         # /proc's link to the open file, followed: linkat(2) with AT_SYMLINK_FOLLOW,
         # which needs no privilege (AT_EMPTY_PATH does). The absolute path makes the
         # directory descriptor unused; giving one is what makes Python call linkat.

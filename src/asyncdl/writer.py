@@ -4,8 +4,8 @@ The file is created exclusively next to the target (same file system, so
 ``os.replace`` is atomic), preallocated to the object's size so a full disk shows
 up before the first byte is fetched, and written with positional writes so parts
 land in any order. Blocking calls run in the loop's executor, except a part's writes:
-its pieces go in one ``pwritev``, on the loop while that is quick, else in one
-executor hop at a time (``file_writes``).
+its pieces go in ``pwritev`` calls of at most 32 KiB, on the loop while that is
+quick, else in one executor hop at a time (``file_writes``).
 
 Cancellation can leave an executor call running after the awaiting task is gone:
 a create that has not yet returned its descriptor, or a write. Closing a
@@ -184,11 +184,12 @@ class TempFile:
     async def write_chunks(
         self, offset: int, chunks: Sequence[bytes], crc: CrcOf[_Crc] | None, previous: _Crc
     ) -> _Crc:
-        """Write ``chunks`` back to back from ``offset`` (one vectored write: they are
-        not joined), and return ``crc`` run over them from ``previous`` (``previous``
-        when ``crc`` is ``None``), computed in the same executor hop (awscrt releases
-        the GIL: off the event loop). The running value is ``crc``'s own: one CRC, or
-        several while the algorithm is not known yet (``checksums.every_crc``)."""
+        """Write ``chunks`` back to back from ``offset`` (vectored writes of at most
+        ``file_writes.WRITE_STEP``: they are not joined), and return ``crc`` run over
+        them from ``previous`` (``previous`` when ``crc`` is ``None``), computed in
+        the same executor hop (awscrt releases the GIL: off the event loop). The
+        running value is ``crc``'s own: one CRC, or several while the algorithm is not
+        known yet (``checksums.every_crc``)."""
         if not self.opened:
             size = sum(map(len, chunks))
             if offset == 0 and size == self.size and self._whole is None:
@@ -337,9 +338,7 @@ class TempFile:
                 self.published = True
                 return
             fd = self._fd = self._create()
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            write_all(fd, [data], 0)
             self._replace()
         except BaseException:
             if not self.published:
