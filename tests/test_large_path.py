@@ -123,7 +123,7 @@ async def test_a_write_slower_than_the_read_timeout_is_not_a_stall(
 
 
 async def test_pieces_are_written_back_to_back_without_a_join(tmp_path: Path) -> None:
-    # More pieces than one pwritev takes, of every size.
+    # Thousands of pieces of every size under 97 bytes, unjoined.
     pieces = [os.urandom(n % 97) for n in range(3000)]
     whole = b"".join(pieces)
     temp = TempFile(tmp_path / "t", len(whole) + 10)
@@ -215,9 +215,15 @@ async def test_socket_reads_are_half_a_write_at_most(
         body.close()
 
 
-def _recording(calls: list[tuple[int, int]], real: Callable[..., int]) -> Callable[..., int]:
+def _recording(
+    calls: list[tuple[int, int]],
+    real: Callable[..., int],
+    buffers_per_call: list[int] | None = None,
+) -> Callable[..., int]:
     def record(fd: int, buffers: list[Any], offset: int) -> int:
         calls.append((offset, sum(memoryview(b).nbytes for b in buffers)))
+        if buffers_per_call is not None:
+            buffers_per_call.append(len(buffers))
         return real(fd, buffers, offset)
 
     return record
@@ -263,3 +269,37 @@ async def test_a_small_file_published_in_one_go_is_written_in_steps(
     assert (tmp_path / "t").read_bytes() == data
     assert _within_steps(calls)
     assert sum(size for _, size in calls) == len(data)
+
+
+async def test_more_pieces_in_a_step_than_one_call_takes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[tuple[int, int]] = []
+    buffers: list[int] = []
+    monkeypatch.setattr(os, "pwritev", _recording(calls, os.pwritev, buffers))
+    pieces = [bytes([n % 251]) for n in range(file_writes._IOV_MAX + 5)]
+    temp = TempFile(tmp_path / "t", len(pieces) + 3)
+    await temp.open()
+    await temp.write_chunks(3, pieces, None, None)
+    await temp.commit()
+    assert (tmp_path / "t").read_bytes() == bytes(3) + b"".join(pieces)
+    assert buffers == [file_writes._IOV_MAX, 5]
+    assert _within_steps(calls)
+
+
+def test_a_write_that_writes_nothing_fails_rather_than_spins(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tries: list[int] = []
+
+    def nothing(fd: int, buffers: Any, offset: int) -> int:
+        tries.append(offset)
+        if len(tries) > 100:
+            raise AssertionError("still writing after 100 calls that wrote nothing")
+        return 0
+
+    monkeypatch.setattr(os, "pwritev", nothing)
+    monkeypatch.setattr(os, "pwrite", nothing)
+    monkeypatch.setattr(file_writes, "_PWRITE", nothing, raising=False)
+    with (tmp_path / "t").open("wb") as file, pytest.raises(OSError, match="wrote none"):
+        file_writes.write_all(file.fileno(), [b"abc"], 0)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import functools
 import os
 from collections.abc import Callable, Sequence
@@ -149,10 +150,12 @@ def _iov_max() -> int:
 
 _IOV_MAX = _iov_max()
 _PWRITEV = hasattr(os, "pwritev")
+#: Positional write, where there is one (not on Windows).
+_PWRITE: Callable[[int, Any, int], int] | None = getattr(os, "pwrite", None)
 
 
 def write_all(fd: int, chunks: Sequence[bytes], offset: int) -> None:
-    """Write ``chunks`` back to back from ``offset``, in calls of at most
+    """Write ``chunks`` (of bytes) back to back from ``offset``, in calls of at most
     :data:`WRITE_STEP` bytes that never cross a multiple of it (each takes up to
     IOV_MAX buffers; a short write resumes where it stopped)."""
     batch: list[Any] = []
@@ -166,11 +169,14 @@ def write_all(fd: int, chunks: Sequence[bytes], offset: int) -> None:
         else:
             view = memoryview(chunk)
             start = 0
-            while size - start > room:
-                batch.append(view[start : start + room])
-                start += room
-                offset = _write_batch(fd, batch, offset)
+            if room < WRITE_STEP or batch:  # the step under way is filled first
+                batch.append(view[:room])
+                offset, start = _write_batch(fd, batch, offset), room
                 batch, room = [], WRITE_STEP
+            # Whole steps straight from the piece: a large piece is most of the bytes.
+            while size - start > WRITE_STEP:
+                offset = _write_batch(fd, [view[start : start + WRITE_STEP]], offset)
+                start += WRITE_STEP
             batch.append(view[start:])
             room -= size - start
         if room == 0 or len(batch) == _IOV_MAX:
@@ -182,22 +188,34 @@ def write_all(fd: int, chunks: Sequence[bytes], offset: int) -> None:
 
 def _write_batch(fd: int, batch: list[Any], offset: int) -> int:
     """Write every buffer of ``batch`` from ``offset``; the offset after them."""
-    if not _PWRITEV:  # older macOS: one pwrite per buffer
-        for buffer in batch:
-            view = memoryview(buffer)
-            while view:
-                written = os.pwrite(fd, view, offset)
-                view = view[written:]
-                offset += written
-        return offset
-    while batch:
+    if _PWRITEV:
         written = os.pwritev(fd, batch, offset)
-        offset += written
-        done = 0
-        while done < len(batch) and written >= len(batch[done]):
-            written -= len(batch[done])
-            done += 1
-        batch = batch[done:]
-        if written:
-            batch[0] = memoryview(batch[0])[written:]
+        if written == _size(batch):  # all of it, as a regular file's write does
+            return offset + written
+    else:
+        written = 0
+    return _write_rest(fd, batch, offset, written)
+
+
+def _write_rest(fd: int, batch: list[Any], offset: int, written: int) -> int:
+    """Write what is left of ``batch`` after ``written`` of its bytes went from
+    ``offset`` (a short write, which a regular file rarely makes, or no ``pwritev``);
+    the offset after it."""
+    for buffer in batch:
+        view = memoryview(buffer)
+        if written >= len(view):
+            written -= len(view)
+            offset += len(view)
+            continue
+        view, offset, written = view[written:], offset + written, 0
+        while view:
+            if _PWRITE is not None:
+                done = _PWRITE(fd, view, offset)
+            else:  # no positional write (Windows): seek, then write
+                os.lseek(fd, offset, os.SEEK_SET)
+                done = os.write(fd, view)
+            if not done:  # a file's write makes progress or fails: never spin
+                raise OSError(errno.EIO, f"a write of {len(view)} bytes wrote none")
+            view = view[done:]
+            offset += done
     return offset
