@@ -442,7 +442,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--no-part-gets",
         dest="part_gets",
         action="store_false",
-        help="embedded moto answers PartNumber GETs as moto does (the whole object), not as S3",
+        help="embedded moto answers PartNumber GETs with the whole object (a store without "
+        "part GETs, as moto before 5.2.6), not as S3",
     )
     # Internal: how the orchestrator starts one client in a subprocess.
     parser.add_argument("--worker", choices=CLIENTS, help=argparse.SUPPRESS)

@@ -1,9 +1,10 @@
 """COMPOSITE checksums (``...-N``): checked along upload parts with PartNumber GETs.
 
-moto 5.2 answers a PartNumber GET with the whole object; the tests that need S3's
-answer (the part, ``x-amz-mp-parts-count`` and the part's checksum) run with
-``serving_upload_parts()``, which gives moto's server exactly that. Without it,
-the engine must notice and report the object unverified.
+moto before 5.2.6 answers a PartNumber GET with the whole object; the tests that
+need S3's answer (the part, ``x-amz-mp-parts-count`` and the part's checksum) run with
+``serving_upload_parts()``, which gives moto's server exactly that whatever its
+version. Under ``serving_whole_objects_for_parts()`` (a store without part GETs) the
+engine must notice and report the object unverified.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import pytest
 from awscrt import checksums as crt
 
 import asyncdl
-from asyncdl.testing.moto_server import serving_upload_parts
+from asyncdl.testing.moto_server import serving_upload_parts, serving_whole_objects_for_parts
 from asyncdl.testing.tcp_proxy import Fault, RequestRecord, TcpProxy
 
 from .conftest import make_client, payload, temp_files
@@ -238,37 +239,45 @@ async def test_a_wrong_part_count_is_refused(
 async def test_without_part_gets_the_object_is_reported_unverified(
     s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path
 ) -> None:
-    # moto 5.2 answers a PartNumber GET with the whole object: asyncdl must notice, fetch
-    # by ranges, report why it could not check, and not ask again on the same engine.
-    body, _ = put_multipart(s3, bucket, "mp", "CRC32")
-    async with make_client(proxy.url) as client, asyncdl.Engine(client, config=CONFIG) as engine:
-        first = await engine.download(bucket, "mp", tmp_path / "a", strategy="head-first")
-        second = await engine.download(bucket, "mp", tmp_path / "b", strategy="head-first")
-    for result in (first, second):
-        assert not result.verified
-        assert "PartNumber GET with the whole object" in (result.unverified_reason or "")
-    assert (tmp_path / "a").read_bytes() == (tmp_path / "b").read_bytes() == body
-    assert len(part_gets(proxy)) == 1
-    config = dataclasses.replace(CONFIG, validate="required")
-    async with make_client(proxy.url) as client, asyncdl.Engine(client, config=config) as engine:
-        # moto's HEAD leaves the type unsaid: the value might still be FULL_OBJECT, so
-        # every byte is fetched (and CRC'd) before the verdict; once, as a fresh
-        # attempt could not change it.
-        proxy.reset_stats()
-        with pytest.raises(asyncdl.ChecksumError, match="COMPOSITE") as refused:
-            await engine.download(bucket, "mp", tmp_path / "c", strategy="head-first")
-        assert not refused.value.mismatch
-        assert sum(r.range is not None for r in proxy.requests) == len(body) // MiB + 1
-        # A COMPOSITE checksum said as such fails as soon as no part can be asked
-        # for, not after fetching bytes nothing could check.
-        stored = stored_checksum(s3, bucket, "mp", "CRC32")
-        proxy.reset_stats()
-        with pytest.raises(asyncdl.ChecksumError, match="COMPOSITE"):
-            await engine.download(bucket, "mp", tmp_path / "c", checksum=stored)
-    assert [r.method for r in proxy.requests] == ["GET"]
-    assert proxy.requests[0].range is not None  # the first GET; no PartNumber GET again
-    assert not (tmp_path / "c").exists()
-    assert temp_files(tmp_path) == []
+    # A store that answers a PartNumber GET with the whole object (moto before 5.2.6):
+    # asyncdl must notice, fetch by ranges, report why it could not check, and not ask
+    # again on the same engine.
+    with serving_whole_objects_for_parts():
+        body, _ = put_multipart(s3, bucket, "mp", "CRC32")
+        async with (
+            make_client(proxy.url) as client,
+            asyncdl.Engine(client, config=CONFIG) as engine,
+        ):
+            first = await engine.download(bucket, "mp", tmp_path / "a", strategy="head-first")
+            second = await engine.download(bucket, "mp", tmp_path / "b", strategy="head-first")
+        for result in (first, second):
+            assert not result.verified
+            assert "PartNumber GET with the whole object" in (result.unverified_reason or "")
+        assert (tmp_path / "a").read_bytes() == (tmp_path / "b").read_bytes() == body
+        assert len(part_gets(proxy)) == 1
+        config = dataclasses.replace(CONFIG, validate="required")
+        async with (
+            make_client(proxy.url) as client,
+            asyncdl.Engine(client, config=config) as engine,
+        ):
+            # moto's HEAD leaves the type unsaid: the value might still be FULL_OBJECT, so
+            # every byte is fetched (and CRC'd) before the verdict; once, as a fresh
+            # attempt could not change it.
+            proxy.reset_stats()
+            with pytest.raises(asyncdl.ChecksumError, match="COMPOSITE") as refused:
+                await engine.download(bucket, "mp", tmp_path / "c", strategy="head-first")
+            assert not refused.value.mismatch
+            assert sum(r.range is not None for r in proxy.requests) == len(body) // MiB + 1
+            # A COMPOSITE checksum said as such fails as soon as no part can be asked
+            # for, not after fetching bytes nothing could check.
+            stored = stored_checksum(s3, bucket, "mp", "CRC32")
+            proxy.reset_stats()
+            with pytest.raises(asyncdl.ChecksumError, match="COMPOSITE"):
+                await engine.download(bucket, "mp", tmp_path / "c", checksum=stored)
+        assert [r.method for r in proxy.requests] == ["GET"]
+        assert proxy.requests[0].range is not None  # the first GET; no PartNumber GET again
+        assert not (tmp_path / "c").exists()
+        assert temp_files(tmp_path) == []
 
 
 @pytest.mark.parametrize("parts", [False, True])

@@ -26,6 +26,7 @@ from asyncdl.checksums import (
     from_headers,
     parse_checksum,
 )
+from asyncdl.testing.moto_server import serving_whole_objects_for_parts
 from asyncdl.testing.tcp_proxy import Fault, RequestRecord, TcpProxy
 from asyncdl.writer import TempFile
 
@@ -353,9 +354,9 @@ async def test_caller_supplied_checksum(
 async def test_composite_checksums_are_reported_unverified(
     s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path
 ) -> None:
-    # moto serves PartNumber GETs as the whole object and its HEAD drops the -N of a
-    # COMPOSITE checksum: asyncdl must neither fail in when_available mode nor treat the
-    # value as a full-object checksum.
+    # A store that serves PartNumber GETs as the whole object (moto before 5.2.6), with
+    # moto's HEAD, which drops the -N of a COMPOSITE checksum: asyncdl must neither fail
+    # in when_available mode nor treat the value as a full-object checksum.
     upload = s3.create_multipart_upload(Bucket=bucket, Key="mp", ChecksumAlgorithm="CRC32")
     parts, body = [], b""
     for number, size in ((1, 5 * 2**20), (2, 1000)):
@@ -375,18 +376,25 @@ async def test_composite_checksums_are_reported_unverified(
     s3.complete_multipart_upload(
         Bucket=bucket, Key="mp", UploadId=upload["UploadId"], MultipartUpload={"Parts": parts}
     )
-    config = asyncdl.TransferConfig(chunk_size=2**20)
-    async with make_client(proxy.url) as client, asyncdl.Engine(client, config=config) as engine:
-        result = await engine.download(bucket, "mp", tmp_path / "mp", strategy="head-first")
-        assert (tmp_path / "mp").read_bytes() == body
-        assert not result.verified
-        assert "COMPOSITE" in (result.unverified_reason or "")
-        assert (result.checksum or "").endswith("-2")
-    config = asyncdl.TransferConfig(chunk_size=2**20, validate="required")
-    async with make_client(proxy.url) as client, asyncdl.Engine(client, config=config) as engine:
-        with pytest.raises(asyncdl.ChecksumError, match="COMPOSITE"):
-            await engine.download(bucket, "mp", tmp_path / "mp2", strategy="head-first")
-    assert not (tmp_path / "mp2").exists()
+    with serving_whole_objects_for_parts():
+        config = asyncdl.TransferConfig(chunk_size=2**20)
+        async with (
+            make_client(proxy.url) as client,
+            asyncdl.Engine(client, config=config) as engine,
+        ):
+            result = await engine.download(bucket, "mp", tmp_path / "mp", strategy="head-first")
+            assert (tmp_path / "mp").read_bytes() == body
+            assert not result.verified
+            assert "COMPOSITE" in (result.unverified_reason or "")
+            assert (result.checksum or "").endswith("-2")
+        config = asyncdl.TransferConfig(chunk_size=2**20, validate="required")
+        async with (
+            make_client(proxy.url) as client,
+            asyncdl.Engine(client, config=config) as engine,
+        ):
+            with pytest.raises(asyncdl.ChecksumError, match="COMPOSITE"):
+                await engine.download(bucket, "mp", tmp_path / "mp2", strategy="head-first")
+        assert not (tmp_path / "mp2").exists()
 
 
 async def test_required_bulk_does_not_deadlock_the_budget(

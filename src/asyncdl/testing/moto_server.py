@@ -48,11 +48,12 @@ def moto_server() -> Iterator[str]:
 def serving_upload_parts() -> Iterator[None]:
     """Make moto's GetObject answer ``PartNumber`` on a multipart object as S3 does.
 
-    moto 5.2 answers it with the whole object (HTTP 200); S3 answers with the upload
-    part: HTTP 206, its ``Content-Range`` in the object, ``x-amz-mp-parts-count``,
-    and, with ``ChecksumMode=ENABLED``, the part's own checksum. Everything else
-    (If-Match, versions, errors) stays moto's. For the process's moto servers, while
-    the block runs; COMPOSITE verification is tested through it.
+    moto before 5.2.6 answers it with the whole object (HTTP 200); S3, and moto since,
+    with the upload part: HTTP 206, its ``Content-Range`` in the object,
+    ``x-amz-mp-parts-count``, and, with ``ChecksumMode=ENABLED``, the part's own
+    checksum. Everything else (If-Match, versions, errors) stays moto's. For the
+    process's moto servers, while the block runs; COMPOSITE verification is tested
+    through it, whichever moto is installed.
     """
     from moto.s3.responses import S3Response  # noqa: PLC0415 - optional, the 'demo' extra
     from moto.s3.utils import compute_checksum  # noqa: PLC0415
@@ -88,6 +89,36 @@ def serving_upload_parts() -> Iterator[None]:
         return 206, headers, part
 
     # A patch of moto's handler, the one place it differs from S3 here.
+    S3Response.get_object = get_object  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        S3Response.get_object = original  # type: ignore[method-assign]
+
+
+@contextmanager
+def serving_whole_objects_for_parts() -> Iterator[None]:
+    """Make moto's GetObject answer ``PartNumber`` on a multipart object with the whole
+    object (HTTP 200, no ``Content-Range``), as moto did before 5.2.6 and as a store
+    without part GETs does: the engine must notice, and fetch by ranges.
+
+    The part number is taken out of the request before moto reads it; a single-part
+    object's part 1 stays moto's answer. For the process's moto servers, while the
+    block runs (with ``serving_upload_parts()``, in either order, this one wins).
+    """
+    from moto.s3.responses import S3Response  # noqa: PLC0415 - optional, the 'demo' extra
+
+    original = S3Response.get_object
+
+    def get_object(self: Any) -> Any:
+        if self.querystring.get("partNumber") is not None:
+            key, _ = self._get_key()
+            if key.multipart:
+                self.querystring = {
+                    name: value for name, value in self.querystring.items() if name != "partNumber"
+                }
+        return original(self)
+
     S3Response.get_object = get_object  # type: ignore[method-assign]
     try:
         yield
@@ -146,7 +177,7 @@ class _LazyKey:
 def serving_ranges() -> Iterator[None]:
     """Make moto's GetObject read only the bytes it sends, as a store on disk does.
 
-    moto 5.2 reads (copies) the whole object for every GET, then slices out the range
+    moto reads (copies) the whole object for every GET, then slices out the range
     or part asked for: a 512 MiB object in 64 ranges of 8 MiB costs it 32 GiB of
     copying, and a benchmark's wall time is moto's. Here the GET's value is read from
     moto's buffer where it is sliced; every answer (status, headers, ranges honoured or
