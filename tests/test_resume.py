@@ -53,7 +53,7 @@ def failing_range(start: int, part: int | None = None) -> Any:
     def rule(request: RequestRecord) -> Fault | None:
         if request.range is not None and request.range.startswith(f"bytes={start}-"):
             return Fault(status=403, error_code="AccessDenied")
-        if part is not None and f"partNumber={part}" in request.path.split("?", 1)[-1].split("&"):
+        if part is not None and f"partNumber={part}" in request.path:
             return Fault(status=403, error_code="AccessDenied")
         return None
 

@@ -169,7 +169,7 @@ def write_all(fd: int, chunks: Sequence[bytes], offset: int) -> None:
         else:
             view = memoryview(chunk)
             start = 0
-            if room < WRITE_STEP or batch:  # the step under way is filled first
+            if room < WRITE_STEP:  # the step under way (any batch is in it) is filled first
                 batch.append(view[:room])
                 offset, start = _write_batch(fd, batch, offset), room
                 batch, room = [], WRITE_STEP
