@@ -12,7 +12,8 @@ real deployment sets them):
   ``pyproject.toml``; nor are ``python3 -m nox`` lines (the suite cannot run itself):
   the sessions they name must exist in ``noxfile.py``;
 - ``https://downloads.example.com/`` in an example stands for a plain web server and is
-  served from the bucket;
+  served from the bucket; ``http://localhost:9000`` (MinIO's own address) stands for the
+  S3-compatible store, the test server;
 - a ``text`` block that directly follows a block that ran (nothing but blank lines
   between them) is that block's output, and must be what it printed: a python block's
   stdout, an sh block's stdout and stderr as one terminal shows them. In it, a line of
@@ -74,6 +75,9 @@ ANY = "..."
 #: pymdownx.snippets' include line, as mkdocs.yml configures it (paths from the root).
 _SNIPPET = re.compile(r'^[ \t]*--8<--[ \t]+"(?P<path>[^"]+)"[ \t]*$', re.M)
 
+
+#: An S3-compatible store's endpoint in an example (MinIO's default): the test server's.
+LOCAL_STORE = "http://localhost:9000"
 
 #: The namespace's name for what each sh block printed (stdout and stderr as written), in
 #: order.
@@ -173,7 +177,9 @@ def page_check_module(page: Path) -> str:
 
 def _web_server(code: str) -> str:
     base = os.environ.get("DOCS_WEB_BASE")
-    return code.replace("https://downloads.example.com/", base) if base else code
+    code = code.replace("https://downloads.example.com/", base) if base else code
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3")
+    return code.replace(LOCAL_STORE, endpoint.rstrip("/")) if endpoint else code
 
 
 def _extras() -> set[str]:

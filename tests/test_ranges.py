@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from asyncdl.ranges import ByteRange, ContentRange, parse_content_range, plan_ranges
+from asyncdl.ranges import (
+    ByteRange,
+    ContentRange,
+    LastBytes,
+    answers_exactly,
+    parse_content_range,
+    plan_ranges,
+)
 
 
 @pytest.mark.parametrize(
@@ -97,3 +104,24 @@ def test_a_zero_total_is_the_empty_object() -> None:
     assert parse_content_range("bytes 0-0/0") == ContentRange(start=0, end=0, total=0)
     with pytest.raises(ValueError, match="inconsistent"):
         parse_content_range("bytes 0-1/0")
+
+
+@pytest.mark.parametrize(
+    ("asked", "got", "exact"),
+    [
+        (ByteRange(0, 10), ContentRange(0, 10, 100), True),
+        (ByteRange(0, 10), ContentRange(0, 5, 5), True),  # the object ends first
+        (ByteRange(0, 10), ContentRange(0, 5, 100), False),  # short, not at the end
+        (ByteRange(0, 10), ContentRange(0, 100, 100), False),  # the whole object
+        (ByteRange(5, 10), ContentRange(0, 10, 100), False),  # another start
+        (ByteRange(0, 1), ContentRange(0, 0, 0), False),  # "bytes 0-0/0": no byte named
+        (LastBytes(10), ContentRange(90, 100, 100), True),
+        (LastBytes(10), ContentRange(0, 4, 4), True),  # shorter than the suffix
+        (LastBytes(10), ContentRange(0, 100, 100), False),
+        (LastBytes(10), ContentRange(89, 99, 100), False),
+    ],
+)
+def test_answers_exactly_takes_only_the_range_asked(
+    asked: ByteRange | LastBytes, got: ContentRange, exact: bool
+) -> None:
+    assert answers_exactly(asked, got) is exact

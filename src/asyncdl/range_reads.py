@@ -275,6 +275,15 @@ async def first_get(
         counters=ctx.counters,
     )
     if isinstance(answer, RangeNotSatisfiable):
+        refused = answer
+        answer = await with_retries(
+            ctx.config,
+            lambda: obj.sized(refused, if_match=etag),
+            bucket=obj.bucket,
+            key=obj.key,
+            what="the object's size",
+            counters=ctx.counters,
+        )
         found, response = answer.actual_size, None
         start = piece.start if isinstance(piece, ByteRange) else 0
         if found is None:
@@ -282,7 +291,21 @@ async def first_get(
             raise obj.error(
                 f"the server says {where} are past the end (HTTP 416)", InvalidRequestError
             )
-        if found > start:  # a 416 for bytes it says it has: nothing it says can be trusted
+        if isinstance(piece, LastBytes) and 0 < found < piece.length:
+            # A suffix longer than the object is the whole object (RFC 9110 §14.1.3);
+            # rclone refuses it: those bytes are asked again by their offsets, pinned
+            # to the version whose size was just learnt.
+            whole, pin = ByteRange(0, found), etag or answer.etag
+            response = await with_retries(
+                ctx.config,
+                lambda: obj.get(whole, if_match=pin),
+                bucket=obj.bucket,
+                key=obj.key,
+                what="the first GET",
+                counters=ctx.counters,
+            )
+            found = _size_in(obj, response, whole)
+        elif found > start:  # a 416 for bytes it says it has: nothing it says can be trusted
             raise obj.error(
                 f"the server refused {piece.header()} (HTTP 416) of an object it says is "
                 f"{found} bytes"

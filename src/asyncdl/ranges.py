@@ -90,3 +90,15 @@ def parse_content_range(value: str) -> ContentRange:
     if first > last or last >= total:
         raise ValueError(f"inconsistent Content-Range {value!r}")
     return ContentRange(start=first, end=last + 1, total=total)
+
+
+def answers_exactly(asked: ByteRange | LastBytes, got: ContentRange) -> bool:
+    """Whether ``got`` names exactly the bytes ``asked`` is for in an object of
+    ``got.total`` bytes: from its start to its end, or to the object's end where that
+    comes first. A ``200`` that says so is that range (``rclone serve s3`` answers
+    ranges with ``200``); anything else from a ``200`` is not."""
+    if got.total == 0:
+        return False  # "bytes 0-0/0" names no byte: the empty object, said otherwise
+    if isinstance(asked, LastBytes):
+        return got.end == got.total and got.start == max(0, got.total - asked.length)
+    return got.start == asked.start and got.end == min(asked.end, got.total)

@@ -21,9 +21,10 @@ from .get_response import (
     Response,
     checksum_or_none,
     length_or_none,
+    opaque_tag,
     strong_etag,
 )
-from .ranges import ByteRange, LastBytes
+from .ranges import ByteRange, LastBytes, answers_exactly
 from .request_args import ExtraArgs
 from .signed_get import Fallback, GetTemplate, SignedGets
 from .stats import CLIENT_ERROR, OK, THROTTLED, Counters, outcome
@@ -118,6 +119,9 @@ class S3Object:
             raise
         self.counts.heads[OK] += 1
         self._budget.release_ok()
+        error = self.pin_error(opaque_tag(meta.headers.get("etag")), if_match)
+        if error is not None:
+            raise error
         return meta
 
     async def _lean_head(self, template: GetTemplate, if_match: str | None) -> ObjectMeta:
@@ -139,6 +143,18 @@ class S3Object:
             checksum=checksum_or_none(from_headers, headers, etag),
             headers=headers,
         )
+
+    async def sized(
+        self, refused: RangeNotSatisfiable, *, if_match: str | None = None
+    ) -> RangeNotSatisfiable:
+        """A 416 that names the object's size: ``refused`` itself when it does (S3's
+        ``ActualObjectSize``), else one HEAD's answer. Some servers name none (rclone,
+        for any range of an empty object), and a first GET's 416 is an answer only
+        once the size it refers to is known."""
+        if refused.actual_size is not None:
+            return refused
+        meta = await self.head(if_match=if_match)
+        return RangeNotSatisfiable(meta.size, meta.etag or refused.etag)
 
     def _failed(self, counts: list[int], exc: BaseException, epoch: int) -> None:
         """Count a request that got no usable answer, and hand its slot back."""
@@ -189,6 +205,15 @@ class S3Object:
         except BaseException as exc:
             self._failed(self.counts.gets, exc, epoch)
             raise
+        if (
+            response.status == 200
+            and byte_range is not None
+            and response.content_range is not None
+            and answers_exactly(byte_range, response.content_range)
+        ):
+            # The range asked for, said with the status of a whole object (rclone's
+            # way); its length was checked against its Content-Range as it was read.
+            response.status = 206
         response = self._pinned(response, if_match)
         self.close_delimited = self.close_delimited or response.close_delimited
         if response.content_length == UNKNOWN_LENGTH and not self.unknown_length_ok:
@@ -218,18 +243,26 @@ class S3Object:
         would otherwise mix two versions in one file. Its tag is compared whether weak
         or strong (``W/"v2"`` is not ``"v1"``), and an answer with no ETag cannot be
         told to be that version (S3 always sends one): both are a changed object."""
-        if if_match is None or response.tag == if_match:
+        error = self.pin_error(response.tag, if_match)
+        if error is None:
             return response
         response.close()
-        if response.tag is None:
-            raise self.error(
+        raise error
+
+    def pin_error(self, tag: str | None, if_match: str | None) -> DownloadError | None:
+        """The ``ObjectChangedError`` to raise when an answer's ``tag`` (its ETag, ``W/``
+        removed) does not name the version pinned by ``if_match``, else ``None``: a
+        server may ignore ``If-Match`` (rclone does), so the answer itself is compared."""
+        if if_match is None or tag == if_match:
+            return None
+        if tag is None:
+            return self.error(
                 f"the answer to a request pinned to ETag {if_match} has no ETag: "
                 "it cannot be told to be the same version",
                 ObjectChangedError,
             )
-        raise self.error(
-            f"ETag changed from {if_match} to {response.tag} during the download",
-            ObjectChangedError,
+        return self.error(
+            f"ETag changed from {if_match} to {tag} during the download", ObjectChangedError
         )
 
     async def _send(

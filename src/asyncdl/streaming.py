@@ -38,7 +38,7 @@ from .errors import DownloadError, InvalidRequestError, translate
 from .progress import ProgressCallback, Reporter
 from .ranges import ByteRange, ContentRange
 from .request_args import ExtraArgs
-from .retry import after_failure
+from .retry import after_failure, with_retries
 from .s3_source import UNANNOUNCED_LENGTH, UNKNOWN_LENGTH, RangeNotSatisfiable, Response
 from .stream_parts import prefetch_parts, read_nothing, read_slice
 from .stream_verify import StreamVerifier
@@ -277,7 +277,15 @@ class ObjectStream:
         self._checker.before_first_get(start)
         try:
             first = await self._first_get(ByteRange(start, first_end))
-        except RangeNotSatisfiable as exc:
+        except RangeNotSatisfiable as refused:
+            exc = await with_retries(
+                ctx.config,
+                partial(obj.sized, refused),
+                bucket=obj.bucket,
+                key=obj.key,
+                what="the stream's size",
+                counters=ctx.counters,
+            )
             if exc.actual_size is not None and start >= exc.actual_size:
                 self._check_start(exc.actual_size)
                 self.size, self.etag, self.length = exc.actual_size, exc.etag, 0

@@ -38,6 +38,7 @@ from botocore.exceptions import (
 from .adaptive import Budget
 from .body_reader import SpoolTo
 from .errors import InvalidRequestError
+from .get_response import opaque_tag
 from .lean_send import Route
 from .lean_send import send as send_on
 from .ranges import ByteRange, LastBytes, parse_content_range
@@ -141,7 +142,12 @@ class UrlObject(S3Object):
         that answer carries one (S3's does not)."""
         epoch = await self._budget.acquire()
         try:
-            raw = await self._request(ByteRange(0, 1).header(), if_match)
+            try:
+                raw = await self._request(ByteRange(0, 1).header(), if_match)
+            except ClientError as refused:
+                if not _names_no_size(refused):
+                    raise
+                raw = await self._empty_or_not(if_match)
             size: int | None = None
             if raw.status == 200 and "content-range" not in raw.headers:
                 size = await self._whole_length(raw)
@@ -157,15 +163,36 @@ class UrlObject(S3Object):
         self.counts.gets[OK] += 1
         self._budget.release_ok()
         headers = raw.headers
+        error = self.pin_error(opaque_tag(headers.get("etag")), if_match)
+        if error is not None:
+            raise error
         content_range = headers.get("content-range")
         try:
-            if raw.status == 206 and content_range is not None:
+            if raw.status in (200, 206) and content_range is not None:
                 size = parse_content_range(content_range).total
             elif size is None:
                 raise ValueError(f"HTTP {raw.status}")
         except ValueError as exc:
             raise self.error(f"unexpected answer to a ranged GET: {exc}") from None
         return ObjectMeta(size=size, etag=strong_etag(headers.get("etag")), headers=headers)
+
+    async def _empty_or_not(self, if_match: str | None) -> Any:
+        """The answer to a plain GET, sent after a 416 to ``bytes=0-0`` that named no
+        size (rclone's, for any range of an empty object): RFC 9110 refuses a range
+        from byte 0 only of an empty object, and this answer must say so with a
+        Content-Length of 0; any other is an error (its body is not read)."""
+        raw = await self._request(None, if_match)
+        try:
+            length = body_length(raw.headers)
+        except ValueError:
+            length = None
+        if raw.status != 200 or "content-range" in raw.headers or length != 0:
+            raw.release()
+            raise self.error(
+                "the server refused bytes=0-0 (HTTP 416), and does not say the object "
+                f"is empty (HTTP {raw.status}, Content-Length {length})"
+            )
+        return raw
 
     async def _whole_length(self, raw: Any) -> int:
         """The length of a 200 to a ranged GET (Range ignored: the whole object), from
@@ -302,6 +329,17 @@ def _reason(error: aiohttp.ClientResponseError) -> str:
     reason = " ".join(str(error.message).split("\n\n", 1)[0].split()).rstrip(":")
     reason = _QUERY_IN_TEXT.sub("?<query>", scrub_urls(reason))
     return reason[:_MAX_SHOWN] + "..." if len(reason) > _MAX_SHOWN else reason
+
+
+def _names_no_size(exc: ClientError) -> bool:
+    """A 416 with neither ``ActualObjectSize`` nor a ``Content-Range`` to say the size."""
+    response: Mapping[str, Any] = exc.response
+    metadata = response.get("ResponseMetadata", {})
+    return (
+        metadata.get("HTTPStatusCode") == 416
+        and "ActualObjectSize" not in response.get("Error", {})
+        and "content-range" not in metadata.get("HTTPHeaders", {})
+    )
 
 
 def _empty(exc: ClientError) -> bool:
