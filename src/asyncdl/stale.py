@@ -59,7 +59,10 @@ def stale_files(
 
     ``since_ns``: when the listing began, by the directory's clock (``sync_lock``). A
     file changed since (its ``st_ctime_ns``, which no one can set back) stays: another
-    run wrote it, of an object put after the listing passed its key.
+    run wrote it, of an object put after the listing passed its key. Changed at that
+    very time stays not: where the clock is coarse (a tick of milliseconds), a file the
+    last run wrote a moment before may share the tick, while another run's file is at
+    least a listing's round trip and a download later.
 
     Links are never followed (a linked directory is not entered, a linked file is
     left alone), and asyncdl's own files and directories (temp, partial, journal, the
@@ -88,7 +91,7 @@ def stale_files(
                     yield Stale(path, "not a regular file", st, relative)
                     continue
                 why = _look_at(store, dir_fd, name, st, relative, bucket=bucket, prefix=prefix)
-                if why is None and since_ns is not None and st.st_ctime_ns >= since_ns:
+                if why is None and since_ns is not None and st.st_ctime_ns > since_ns:
                     why = "changed since this run's listing began"
                 yield Stale(path, why, st, relative)
     finally:
