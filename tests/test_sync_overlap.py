@@ -168,3 +168,24 @@ def test_no_wait_without_delete_is_a_usage_error(tmp_path: Path) -> None:
     assert result.exit_code == 2
     assert "--no-wait applies only with --delete" in result.stderr
     assert not (tmp_path / "d").exists()
+
+
+def test_a_lock_file_planted_by_someone_else_is_an_error_and_nothing_is_done(
+    s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path
+) -> None:
+    """A file at the lock's name that others may write (or another user's) is not a
+    lock to trust: the run says so and does nothing."""
+    s3.put_object(Bucket=bucket, Key="p/a.csv", Body=b"a")
+    dest = tmp_path / "data"
+    dest.mkdir()
+    planted = dest / SYNC_LOCK
+    planted.write_bytes(b"")
+    planted.chmod(0o666)
+    result = CliRunner().invoke(
+        cli, ["sync", "--delete", "--endpoint-url", proxy.url, f"s3://{bucket}/p/", str(dest)]
+    )
+    assert result.exit_code == 1, result.output
+    (error,) = result.stderr.splitlines()
+    assert error.startswith(f"error: s3://{bucket}/p/: cannot lock {planted}: "), error
+    assert sorted(os.listdir(dest)) == [SYNC_LOCK]
+    assert [r.method for r in proxy.requests] == []
