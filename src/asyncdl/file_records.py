@@ -62,6 +62,8 @@ SIDECAR_DIR = ".asyncdl-etags"
 #: Where a Dask run journals the directories it writes into, under its destination
 #: (``asyncdl.dask`` needs dask, which this module must not import: the name is here).
 RUN_JOURNAL_DIR = ".asyncdl-runs"
+#: The file a ``sync --delete`` run locks in the synced directory (``sync_lock``).
+SYNC_LOCK = ".asyncdl-sync-lock"
 SKIP_MODES = ("size", "etag")
 #: A record asyncdl writes is at most about 12.5 KiB (a 1024-byte key and its path,
 #: every byte escaped): a longer xattr value is not one.
@@ -383,13 +385,14 @@ def is_asyncdl_file(name: str) -> bool:
 
 def is_own_name(name: str) -> bool:
     """Whether a file or directory name is asyncdl's own: one of its files beside a
-    target, the record sidecar's directory, or a Dask run's journal directory, in any
+    target, the record sidecar's directory, a Dask run's journal directory, or the
+    lock's file of a ``sync --delete`` run, in any
     case and Unicode form. A key with such a segment is refused (``key_paths``): it
     would be taken for ours, and on a file system that ignores case (macOS', Windows')
     ``.X.ASYNCDL-PARTIAL`` is ``.x.asyncdl-partial``."""
     # NFC, then case folding (which also folds U+017F, long s, to "s", as NTFS does).
     folded = unicodedata.normalize("NFC", name).casefold()
-    return is_asyncdl_file(folded) or folded in (SIDECAR_DIR, RUN_JOURNAL_DIR)
+    return is_asyncdl_file(folded) or folded in (SIDECAR_DIR, RUN_JOURNAL_DIR, SYNC_LOCK)
 
 
 def _loads(raw: bytes) -> object:

@@ -2,7 +2,8 @@
 kept on failure, and its journal (see ``journal``), locked while the download runs.
 
 Next to the target ``NAME``: ``.NAME.asyncdl-partial`` (the bytes at their offsets,
-preallocated to the object's size) and ``.NAME.asyncdl-journal``. A write's line is
+preallocated to the object's size; one whose preallocation fails goes at once with its
+journal, as a temp file does) and ``.NAME.asyncdl-journal``. A write's line is
 appended after its ``pwritev`` calls returned, in the same call (with ``fsync=True``
 after the partial was ``fdatasync``-ed): a killed process loses nothing it recorded;
 a power loss, only with ``fsync=True``. So a partial is adopted as it is only when its
@@ -238,7 +239,14 @@ class PartialFile(TempFile):
         try:
             preallocate(fd, self.size)
         except BaseException:
+            # A full disk (ENOSPC), a size limit (EFBIG): the partial holds no byte yet
+            # and its journal only the header, but ext4 keeps the blocks a failed
+            # preallocation got. Both go, as a temp file does, so that the objects
+            # after this one find the space; the journal while still locked.
             os.close(fd)
+            for made in self.files:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(made)
             raise
         return fd
 

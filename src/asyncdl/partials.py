@@ -3,15 +3,20 @@ them, and removing those no running download holds (``asyncdl clean``).
 
 A partial file and its journal (see ``resume``) are one leftover; a busy one (its
 journal locked by a running download) is listed and never removed. A temp file
-(``.NAME.XXXXXXXX.asyncdl-tmp``, from a ``resume=False`` download that was killed)
-holds no lock: it counts as busy while it changed in the last :data:`TEMP_QUIET`
-seconds, as a running download's does. Nothing else is ever touched.
+(``.NAME.XXXXXXXX.asyncdl-tmp``, from a ``resume=False`` download that was killed) is
+busy while its writer holds its lock (``writer.hold``: every live writer does, from
+the moment it makes the file until it renames it), whatever its age: a download whose
+bytes stall for minutes in its retries keeps its file. It is busy too while it changed
+in the last :data:`TEMP_QUIET` seconds: a writer of an older asyncdl took no lock, nor
+does any on Windows. The lock is tried again when the file is removed, and held while
+it goes. Nothing else is ever touched.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,8 +25,15 @@ from pathlib import Path
 from . import partial_paths
 from .writer import is_temp_file
 
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
+
 #: A temp file that changed within this many seconds may be a running download's.
 TEMP_QUIET = 60.0
+#: A temp file opened to try its lock: never through a link, never waiting on a FIFO.
+_TEMP_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,14 +113,7 @@ def remove_partial(leftover: Leftover) -> bool:
     A partial and its journal may then be half removed: what is left is found again.
     """
     if leftover.kind == "temp":
-        path = leftover.paths[0]
-        try:
-            if time.time() - os.lstat(path).st_mtime < TEMP_QUIET:
-                return False
-            os.unlink(path)
-        except FileNotFoundError:
-            pass
-        return True
+        return _remove_temp(leftover.paths[0])
     partial, journal = leftover.paths
     try:
         # Locked while it removes them: a download starting meanwhile waits for nothing.
@@ -129,10 +134,78 @@ def _walk(
         yield Path(folder), names
 
 
+def _remove_temp(path: Path) -> bool:
+    """Remove the temp file at ``path`` unless a writer holds it (its lock, or, for a
+    writer that takes none, a change in the last :data:`TEMP_QUIET` seconds); whether
+    it went (or was gone)."""
+    try:
+        fd = os.open(path, _TEMP_FLAGS)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        # A link (ELOOP) or a file this user may not read: it has no lock to try. A
+        # link is removed, never what it points to; a file not ours to read is
+        # another user's, removed only where the directory lets this user (by age).
+        return _remove_by_age(path)
+    try:
+        st = os.fstat(fd)
+        if time.time() - st.st_mtime < TEMP_QUIET:
+            return False
+        if fcntl is not None and stat.S_ISREG(st.st_mode):
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False  # its writer is alive
+        # Still the file the name names, locked while it goes: a writer that made a new
+        # file there meanwhile (and locked it) keeps it.
+        try:
+            if not os.path.samestat(st, os.lstat(path)):
+                return False
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        return True
+    finally:
+        os.close(fd)
+
+
+def _remove_by_age(path: Path) -> bool:
+    try:
+        if time.time() - os.lstat(path).st_mtime < TEMP_QUIET:
+            return False
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    return True
+
+
+def _held(path: Path) -> bool:
+    """Whether a writer holds the temp file at ``path`` now (its lock)."""
+    if fcntl is None:  # pragma: no cover - Windows: no lock to see
+        return False
+    try:
+        fd = os.open(path, _TEMP_FLAGS)
+    except OSError:
+        return False  # a link, gone, or not ours to read: no lock to see
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        # Shared, and let go at once: a look, which a writer's lock refuses.
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
 def _temp(path: Path) -> Leftover:
     st = os.lstat(path)
     age = time.time() - st.st_mtime
-    return Leftover("temp", (path,), None, None, None, None, None, _used(st), age, age < TEMP_QUIET)
+    # The lock is looked at only on an old file: a writer locks its file the moment it
+    # makes it, and a look then could refuse it its lock (it would take another name).
+    busy = age < TEMP_QUIET or _held(path)
+    return Leftover("temp", (path,), None, None, None, None, None, _used(st), age, busy)
 
 
 def _partial(folder: Path, stem: str) -> Leftover:

@@ -18,7 +18,8 @@ class DownloadResult:
     bucket: str
     #: The object's key (for a URL download, the URL without its query string).
     key: str
-    #: Where the object now is.
+    #: Where the object now is. A key a prefix's download refused (one that cannot be a
+    #: file under its destination) has no file of its own: its path is the destination.
     path: Path
     #: Object size in bytes, as written. On a failed result, the size the request
     #: carried (a listing's, say), or ``None`` when it was not known.

@@ -50,11 +50,19 @@ def stale_files(
     *,
     bucket: str,
     prefix: str,
+    since_ns: int | None = None,
 ) -> Iterator[Stale]:
     """The files under ``store.dest_dir`` (relative POSIX paths ``included`` and not
     ``listed``), each with whether a record vouches for it: one made for that file,
     unchanged, at that path, in that directory, of the key the folder ``prefix``
     (empty, or ending in ``/``) of ``bucket`` maps to that path. Blocking: a walk.
+
+    ``since_ns``: when the listing began, by the directory's clock (``sync_lock``). A
+    file changed since (its ``st_ctime_ns``, which no one can set back) stays: another
+    run wrote it, of an object put after the listing passed its key. Changed at that
+    very time stays not: where the clock is coarse (a tick of milliseconds), a file the
+    last run wrote a moment before may share the tick, while another run's file is at
+    least a listing's round trip and a download later.
 
     Links are never followed (a linked directory is not entered, a linked file is
     left alone), and asyncdl's own files and directories (temp, partial, journal, the
@@ -83,6 +91,8 @@ def stale_files(
                     yield Stale(path, "not a regular file", st, relative)
                     continue
                 why = _look_at(store, dir_fd, name, st, relative, bucket=bucket, prefix=prefix)
+                if why is None and since_ns is not None and st.st_ctime_ns > since_ns:
+                    why = "changed since this run's listing began"
                 yield Stale(path, why, st, relative)
     finally:
         os.close(root_fd)

@@ -44,8 +44,9 @@ def clean(directory: Path, dry_run: bool, older_than: float | None, no_recursive
     .NAME.asyncdl-journal beside its target, for the next copy to continue; a copy
     without resume (or an old version) a .NAME.XXXXXXXX.asyncdl-tmp file. This lists
     them (with the object each is of) and removes them; one that a running copy is
-    writing is left alone (a temp file counts as running while it changed in the last
-    minute). Nothing else is touched. One that cannot be removed (an immutable file,
+    writing is left alone, whatever its age (a running copy holds a lock on it; a temp
+    file also counts as running while it changed in the last minute). Nothing else is
+    touched. One that cannot be removed (an immutable file,
     another user's) is reported with the reason; the rest are still removed, and the
     exit status is 1.
     """

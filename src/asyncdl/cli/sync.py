@@ -50,6 +50,12 @@ _FILTER_HELP = (
 @click.argument("source", metavar="S3_URL", callback=_s3_url)
 @click.argument("dest", metavar="DIR")
 @click.option("--delete", is_flag=True, help="Remove files asyncdl wrote whose keys are gone.")
+@click.option(
+    "--no-wait",
+    is_flag=True,
+    help="With --delete: fail at once if another sync --delete into DIR is running "
+    "(by default this one waits for it to end).",
+)
 @click.option("--dry-run", is_flag=True, help="Print what would be done; do nothing.")
 @click.option("--size-only", is_flag=True, help="An object is unchanged if its size is.")
 @click.option("--exclude", metavar="PATTERN", multiple=True, help=f"Leave out {_FILTER_HELP}")
@@ -75,6 +81,7 @@ def sync(
     source: S3Url,
     dest: str,
     delete: bool,
+    no_wait: bool,
     dry_run: bool,
     size_only: bool,
     exclude: Sequence[str],
@@ -98,7 +105,9 @@ def sync(
     An object is downloaded again when its listed size or ETag differs from what
     asyncdl recorded when it wrote the file, or the file changed since. --delete
     removes only files asyncdl wrote there and nobody changed since; it leaves the
-    rest and says so. DIR is created (in an existing directory) when needed.
+    rest and says so. Two --delete runs into one DIR never overlap: the second waits
+    for the first to end (--no-wait: fails at once). DIR is created (in an existing
+    directory) when needed.
     """
     del exclude, include  # in command-line order in ctx.meta
     settings = make_settings(
@@ -113,6 +122,8 @@ def sync(
     settings = dataclasses.replace(
         settings, config=dataclasses.replace(settings.config, resume=resume)
     )
+    if no_wait and not delete:
+        raise click.UsageError("--no-wait applies only with --delete", ctx=ctx)
     root = _dest_dir(dest, ctx)
     with _engine_imports():
         from .sync_work import SyncJob, sync_prefix  # noqa: PLC0415 - see the docstring
@@ -126,6 +137,7 @@ def sync(
         filters=tuple(ctx.meta.get(_FILTERS, ())),
         delete=delete,
         dry_run=dry_run,
+        wait=not no_wait,
     )
     output = Output(objects=None, quiet=quiet, json_lines=json_lines, debug=debug)
     with output:

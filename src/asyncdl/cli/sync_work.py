@@ -7,6 +7,11 @@ Removals come after the listing has finished, and only then: a listing that fail
 midway has not named every key, and a file whose key it did not reach yet is not
 stale. A file is removed only if its record still vouches for it (asyncdl wrote it
 and nobody changed it since); every other stale file is left alone, and reported.
+
+A ``--delete`` run holds its directory's lock (``sync_lock``) from before its listing
+until its removals are done: another such run waits for it, polling (a wait that
+Ctrl-C ends at once), or with ``--no-wait`` fails at once. A file changed since the
+listing began (a run without ``--delete`` wrote it meanwhile) is left alone.
 """
 
 from __future__ import annotations
@@ -18,8 +23,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import sync_lock
 from ..errors import DownloadError, InvalidRequestError
-from ..file_records import EtagStore, Skips
+from ..file_records import SYNC_LOCK, EtagStore, Skips
 from ..filters import compile_filters
 from ..stale import Stale, remove_stale, stale_files
 from .app import Settings
@@ -39,31 +45,76 @@ class SyncJob:
     filters: tuple[tuple[str, str], ...]
     delete: bool
     dry_run: bool
+    #: With ``delete``: wait for another ``--delete`` run into ``root`` to end (else
+    #: fail at once, :class:`SyncBusyError`).
+    wait: bool = True
 
 
 class RemovalError(Exception):
     """A stale file that could not be removed."""
 
 
+class SyncBusyError(DownloadError):
+    """Another ``sync --delete`` into the directory runs, and ``--no-wait`` was given;
+    or its lock cannot be taken at all."""
+
+
+#: Seconds between two tries of a held lock.
+LOCK_POLL = 0.1
+
+
 async def sync_prefix(settings: Settings, job: SyncJob, output: Output) -> tuple[bool, int]:
     """Sync; whether the listing finished, and how many objects it named."""
     if job.dry_run:
         return await _plan(settings, job, output)
-    keys: set[str] = set()  # the listing's: a key is lighter to hold than its path
-    complete = await copy_prefix(
-        settings,
-        job.bucket,
-        job.prefix,
-        job.root,
-        strategy="auto",
-        output=output,
-        keys=keys,
-        skip_existing=job.mode,
-        filters=job.filters,
-    )
-    if complete and job.delete:
-        await _delete(job, {key[len(job.prefix) :] for key in keys}, output)
+    held = await _locked(job, output) if job.delete else None
+    try:
+        keys: set[str] = set()  # the listing's: a key is lighter to hold than its path
+        complete = await copy_prefix(
+            settings,
+            job.bucket,
+            job.prefix,
+            job.root,
+            strategy="auto",
+            output=output,
+            keys=keys,
+            skip_existing=job.mode,
+            filters=job.filters,
+        )
+        if complete and held is not None:
+            listed = {key[len(job.prefix) :] for key in keys}
+            await _delete(job, listed, output, since_ns=held.since_ns)
+    finally:
+        if held is not None:
+            await asyncio.to_thread(sync_lock.release, held)
     return complete, len(keys)
+
+
+async def _locked(job: SyncJob, output: Output) -> sync_lock.Held:
+    """The directory's lock, once another ``--delete`` run into it has let go (or at
+    once, ``SyncBusyError``, with ``job.wait`` false)."""
+    where = {"bucket": job.bucket, "key": job.prefix}
+    waiting = False
+    while True:
+        try:
+            held = await asyncio.to_thread(sync_lock.try_lock, job.root)
+        except OSError as exc:
+            name = printable(str(job.root / SYNC_LOCK))
+            raise SyncBusyError(f"cannot lock {name}: {exc.strerror or exc}", **where) from None
+        if isinstance(held, sync_lock.Held):
+            return held
+        # What the holder wrote of itself came from a file: shown, never obeyed.
+        holder = f" ({printable(held)})" if held else ""
+        if not job.wait:
+            raise SyncBusyError(
+                f"another sync --delete into {printable(str(job.root))}{holder} is running; "
+                "not waiting for it (--no-wait)",
+                **where,
+            )
+        if not waiting:
+            output.note(f"waiting for another sync --delete into {job.root}{holder} to end")
+            waiting = True
+        await asyncio.sleep(LOCK_POLL)
 
 
 async def _plan(settings: Settings, job: SyncJob, output: Output) -> tuple[bool, int]:
@@ -111,14 +162,23 @@ async def _plan(settings: Settings, job: SyncJob, output: Output) -> tuple[bool,
     return True, output.done
 
 
-async def _delete(job: SyncJob, listed: set[str], output: Output) -> None:
+async def _delete(
+    job: SyncJob, listed: set[str], output: Output, *, since_ns: int | None = None
+) -> None:
     store = EtagStore(job.root)
     kept = compile_filters(job.filters)
     included = kept.includes if kept is not None else _everything
 
     def scan() -> list[Stale]:
         return list(
-            stale_files(store, listed.__contains__, included, bucket=job.bucket, prefix=job.prefix)
+            stale_files(
+                store,
+                listed.__contains__,
+                included,
+                bucket=job.bucket,
+                prefix=job.prefix,
+                since_ns=since_ns,
+            )
         )
 
     try:

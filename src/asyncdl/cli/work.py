@@ -12,7 +12,7 @@ import sys
 from collections.abc import AsyncIterator, Coroutine, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -25,6 +25,9 @@ from . import loops
 from .app import Settings
 from .output import Output, ReaderGone, print_error, silence_stdout
 from .params import HttpUrl, S3Url
+
+if TYPE_CHECKING:
+    from ..results import DownloadResult
 
 #: Generation 0's collection threshold while the command runs (Python's: 700). Each
 #: object allocates a few hundred objects that die young by reference counting: a
@@ -136,7 +139,7 @@ async def copy_prefix(
                 async for result in results:
                     if keys is not None:
                         keys.add(result.key)
-                    if not (settings.config.resume or result.skipped):
+                    if not (settings.config.resume or result.skipped) and _own_target(result, root):
                         await _discard_partial(result.path, output)
                     output.finished(result)
         except DownloadError as error:  # the listing itself failed
@@ -144,6 +147,13 @@ async def copy_prefix(
             return False
     output.all_listed()
     return True
+
+
+def _own_target(result: DownloadResult, root: Path) -> bool:
+    """Whether ``result`` is of a file of its own below ``root``: not a refused key (a
+    key that cannot be a file there, whose result names ``root`` itself, or one whose
+    place another key holds), for which nothing was downloaded, nor anything to discard."""
+    return not isinstance(result.error, InvalidRequestError) and root in result.path.parents
 
 
 class _Busy(Exception):
