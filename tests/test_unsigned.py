@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
-from contextlib import aclosing
+from contextlib import aclosing, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,10 @@ def assert_unsigned(proxy: TcpProxy) -> None:
 
 @pytest.fixture
 def no_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    clear_credentials(monkeypatch, tmp_path)
+
+
+def clear_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """An environment with no AWS credentials anywhere botocore looks for them (and no
     instance metadata service asked: it would only add seconds)."""
     for name in (
@@ -68,8 +72,14 @@ def no_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 @pytest.fixture
 def public_bucket(tmp_path: Path) -> Iterator[TcpProxy]:
-    """rclone serving bucket ``public`` (:data:`RCLONE_OBJECTS`) to anyone, behind a
-    recording proxy."""
+    with serving_public_bucket(tmp_path) as proxy:
+        yield proxy
+
+
+@contextmanager
+def serving_public_bucket(tmp_path: Path) -> Iterator[TcpProxy]:
+    """rclone serving bucket ``public`` (:data:`RCLONE_OBJECTS`) to anyone, from
+    ``tmp_path/served``, behind a recording proxy."""
     root = tmp_path / "served"
     for key, data in RCLONE_OBJECTS.items():
         path = root / "public" / key
