@@ -342,3 +342,20 @@ def test_a_url_with_profile_trusts_that_profiles_ca_bundle(
     fetched = asyncio.run(fetch("--profile", "other", "--no-sign-request", "--region", "auto"))
     assert fetched.exit_code == 0, fetched.stderr
     assert fetched.stdout_bytes == BODY
+
+
+@pytest.mark.usefixtures("profiles")
+def test_profile_names_the_endpoint_too(
+    s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path
+) -> None:
+    """A profile's ``endpoint_url`` (an S3-compatible store's profile) is the endpoint
+    when no --endpoint-url is given."""
+    config = tmp_path / "aws-config"
+    config.write_text(config.read_text() + f"[profile store]\nendpoint_url = {proxy.url}\n")
+    make_public(s3, bucket)
+    s3.put_object(Bucket=bucket, Key="k", Body=b"data")
+    result = run("cat", "--profile", "store", "--no-sign-request", f"s3://{bucket}/k")
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout_bytes == b"data"
+    assert proxy.requests
+    assert_unsigned(proxy)
