@@ -27,13 +27,27 @@ async def download(
     timeout: float | None = None,
     checksum: str | None = None,
     progress: ProgressCallback | None = None,
+    endpoint_url: str | None = None,
+    region: str | None = None,
+    profile: str | None = None,
+    unsigned: bool = False,
 ) -> DownloadResult:
     """Download ``s3://bucket/key`` to ``path`` and return what was written.
 
     Opens an :class:`Engine` for this one call; to download many objects, keep one
-    engine open instead (it reuses its client and connections).
+    engine open instead (it reuses its client and connections). ``config``, ``client``
+    and the settings of the client it creates (``endpoint_url``, ``region``,
+    ``profile``, ``unsigned``) are :class:`Engine`'s.
     """
-    async with Engine(client, config=config) as engine:
+    engine = Engine(
+        client,
+        config=config,
+        endpoint_url=endpoint_url,
+        region=region,
+        profile=profile,
+        unsigned=unsigned,
+    )
+    async with engine:
         return await engine.download(
             bucket,
             key,

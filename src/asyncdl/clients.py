@@ -4,6 +4,7 @@ engine hooks on one it borrows."""
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Mapping
 from contextlib import AsyncExitStack
 from typing import Any
@@ -18,13 +19,21 @@ async def create_default_client(
     config: TransferConfig,
     *,
     endpoint_url: str | None = None,
+    region: str | None = None,
+    profile: str | None = None,
+    unsigned: bool = False,
     timestamps_as_text: bool = False,
 ) -> Any:
     """An S3 client from the default session, closed when ``stack`` closes.
 
     The session honours the standard AWS environment and config files
-    (``AWS_ENDPOINT_URL_S3``, credentials, region); ``endpoint_url``, when given,
-    overrides the endpoint they name (the command line's ``--endpoint-url``).
+    (``AWS_ENDPOINT_URL_S3``, ``AWS_PROFILE``, ``AWS_REGION`` (over
+    ``AWS_DEFAULT_REGION``, as the AWS CLI v2), credentials); each
+    setting given overrides what they name: ``endpoint_url``, ``region``, ``profile``
+    (the config files' profile to read; botocore's ``ProfileNotFound`` if neither file
+    has it). ``unsigned`` sends every request without a signature (a public bucket's
+    anonymous access): no credentials are looked up, nor sent if the environment has
+    some.
 
     Its answers are read by :mod:`asyncdl.answer_parsing`: botocore's results, for
     less CPU. ``timestamps_as_text`` leaves response timestamps (a listing's
@@ -35,8 +44,11 @@ async def create_default_client(
     # loads aiobotocore.
     from aiobotocore.config import AioConfig  # noqa: PLC0415
     from aiobotocore.session import get_session  # noqa: PLC0415
+    from botocore import UNSIGNED  # noqa: PLC0415
 
+    signing: dict[str, Any] = {"signature_version": UNSIGNED} if unsigned else {}
     client_config = AioConfig(
+        **signing,
         max_pool_connections=pool_size(config),
         # The engine decides what it validates; botocore's default would ask every
         # GET for checksums, which third-party stores have broken on.
@@ -49,7 +61,15 @@ async def create_default_client(
     )
     from .answer_parsing import ParserFactory, parse_timestamp  # noqa: PLC0415
 
+    if region is None:
+        # botocore reads AWS_DEFAULT_REGION alone; the AWS CLI v2 and the other SDKs
+        # read AWS_REGION first, and users of either set that one.
+        region = os.environ.get("AWS_REGION") or None
     session = get_session()  # a new session each time: its settings are this client's
+    if profile is not None:
+        # As botocore's Session(profile=...): it wins over AWS_PROFILE, and the
+        # environment's keys are no longer taken over the profile's.
+        session.set_config_variable("profile", profile)
     # botocore's results, read for less CPU (a listing's page most of all).
     factory = ParserFactory()
     factory.set_parser_defaults(
@@ -61,7 +81,9 @@ async def create_default_client(
     # caches them, and create_client then takes a few ms on the loop.
     await asyncio.to_thread(_load_models, session)
     return await stack.enter_async_context(
-        session.create_client("s3", config=client_config, endpoint_url=endpoint_url)
+        session.create_client(
+            "s3", config=client_config, endpoint_url=endpoint_url, region_name=region
+        )
     )
 
 

@@ -16,6 +16,7 @@ from typing import Any, Self
 from . import bulk, jobs, transfer
 from .adaptive import Budget, own_slots
 from .bulk import DownloadItem
+from .client_settings import ClientSettings
 from .clients import ClientRetries, create_default_client
 from .config import TransferConfig
 from .context import Context
@@ -36,11 +37,38 @@ class Engine(MemoryReads):
     Use it as ``async with Engine() as engine:``. Without ``client`` the engine
     creates one from the default aiobotocore session (standard AWS environment and
     config files) and closes it on exit; a client passed in is borrowed, never closed.
+
+    The settings of the client it creates override what the environment says:
+    ``endpoint_url`` (an S3-compatible store's), ``region``, ``profile`` (a profile
+    of the AWS config files, over ``AWS_PROFILE``; one neither file has fails as the
+    engine opens). ``unsigned=True`` reads a public bucket anonymously, as
+    ``aws s3 --no-sign-request``: no credentials are looked up, and none are sent even
+    when the environment has some. With a ``client``, these are ``ValueError``: they
+    would change nothing.
     """
 
-    def __init__(self, client: Any = None, *, config: TransferConfig | None = None) -> None:
+    def __init__(
+        self,
+        client: Any = None,
+        *,
+        config: TransferConfig | None = None,
+        endpoint_url: str | None = None,
+        region: str | None = None,
+        profile: str | None = None,
+        unsigned: bool = False,
+    ) -> None:
         if config is not None and not isinstance(config, TransferConfig):
             raise ValueError(f"config must be a TransferConfig, got {config!r}")
+        self._client_settings = ClientSettings.checked(
+            endpoint_url=endpoint_url, region=region, profile=profile, unsigned=unsigned
+        )
+        if client is not None and self._client_settings.given:
+            given = self._client_settings.given
+            names = f"{', '.join(given)} configure" if len(given) > 1 else f"{given[0]} configures"
+            raise ValueError(
+                f"{names} the client the engine creates; a client passed in is used as "
+                "it is: set it up with them, or pass no client"
+            )
         #: The :class:`TransferConfig` every download, stream and listing of this engine
         #: uses.
         self.config = config or TransferConfig()
@@ -67,7 +95,9 @@ class Engine(MemoryReads):
         if self._ctx is not None:
             return
         if self._owns_client:
-            self._client = await create_default_client(self._stack, self.config)
+            self._client = await create_default_client(
+                self._stack, self.config, **self._client_settings.arguments()
+            )
         signed = None
         if self.config.lean_get:
             verifies = self.config.validate != "off"

@@ -18,6 +18,11 @@ of the client's own HTTP session (same pool, proxies, TLS and timeouts; see
 :mod:`asyncdl.lean_send`). A GET's body is the same aiobotocore streaming body
 ``get_object`` returns.
 
+A client that signs nothing (``signature_version=botocore.UNSIGNED``: a public
+bucket's anonymous access) prepares a template without ``Authorization``; its
+requests go out as prepared, unsigned, on this same path (a tiny object's GET costs
+a third of the CPU ``get_object`` spends on it, as a signed one's does).
+
 A client that validates response checksums itself (``response_checksum_validation=
 "when_supported"``, botocore's default) is served here only when the engine verifies
 (``validate`` not ``"off"``): asyncdl then checks every byte once, its way (ranges

@@ -38,6 +38,8 @@ WRITTEN = {
     "app.json": "config/app.json",
     "big-fast.bin": "datasets/big.bin",
     "intro.mp4": "videos/intro.mp4",
+    "small-again.json": "small.json",
+    "open-data.csv": "public/data.csv",
 }
 
 
@@ -66,8 +68,9 @@ async def check(namespace: dict[str, Any]) -> None:
     # cat --range 0-99 --range -64: the first 100 bytes, then the last 64.
     big = docs_world.OBJECTS["datasets/big.bin"]
     assert (here / "ends.bin").read_bytes() == big[:100] + big[-64:]
-    # The failed copy wrote nothing.
+    # The failed copy wrote nothing, nor did the one with a missing profile.
     assert not (here / "missing.json").exists()
+    assert not (here / "nothing.json").exists()
 
     ok, failed = (json.loads(line) for line in (here / "results.jsonl").read_text().splitlines())
     assert ok["ok"]

@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 import click
 
+from ..client_settings import ClientSettings, check_profile, check_region
 from ..config import MAX_CHUNK_SIZE, MIN_CHUNK_SIZE, TransferConfig
 from .params import converter, parse_endpoint_url, parse_rate, parse_size
 
@@ -22,9 +23,14 @@ _Command = TypeVar("_Command", bound=Callable[..., Any])
 @dataclass(frozen=True, slots=True)
 class Settings:
     config: TransferConfig
-    endpoint_url: str | None
+    #: What the options say of the S3 client (endpoint, region, profile, unsigned).
+    client: ClientSettings
     quiet: bool
     debug: bool
+
+    @property
+    def endpoint_url(self) -> str | None:
+        return self.client.endpoint_url
 
 
 class _Cli(click.Group):
@@ -91,8 +97,9 @@ def cli() -> None:
     """Download objects from S3 and S3-compatible stores.
 
     Credentials, region and endpoint come from the standard AWS environment and
-    config files (AWS_ENDPOINT_URL_S3, AWS_PROFILE, ...); --endpoint-url overrides
-    the endpoint.
+    config files (AWS_ENDPOINT_URL_S3, AWS_PROFILE, AWS_REGION, ...); --endpoint-url,
+    --profile and --region override them. A public bucket is read with
+    --no-sign-request: no credentials needed.
 
     Exit status: 0 success, 1 some object failed, 2 usage error, 130 Ctrl-C,
     143 SIGTERM, 129 SIGHUP (the three cancel the downloads first; cp keeps their
@@ -144,6 +151,26 @@ def transfer_options(command: _Command) -> _Command:
             help="S3 endpoint (MinIO, moto, ...); default: the AWS environment's.",
         ),
         click.option(
+            "--region",
+            metavar="REGION",
+            default=None,
+            callback=converter(check_region),
+            help="Region to sign for (auto for R2); default: AWS_REGION, AWS_DEFAULT_REGION "
+            "or the profile's.",
+        ),
+        click.option(
+            "--profile",
+            metavar="NAME",
+            default=None,
+            callback=converter(check_profile),
+            help="Profile of the AWS config files to use; default: AWS_PROFILE's, or default.",
+        ),
+        click.option(
+            "--no-sign-request",
+            is_flag=True,
+            help="Send requests unsigned (a public bucket): no credentials are looked up or sent.",
+        ),
+        click.option(
             "-q", "--quiet", is_flag=True, help="No progress bar and no 'download:' lines."
         ),
         click.option("--debug", is_flag=True, help="Tracebacks for errors; log retries."),
@@ -168,6 +195,9 @@ def make_settings(
     quiet: bool,
     debug: bool,
     resume: bool = False,
+    region: str | None = None,
+    profile: str | None = None,
+    no_sign_request: bool = False,
 ) -> Settings:
     try:
         config = TransferConfig(
@@ -177,6 +207,9 @@ def make_settings(
             validate=validate,
             resume=resume,
         )
+        client = ClientSettings.checked(
+            endpoint_url=endpoint_url, region=region, profile=profile, unsigned=no_sign_request
+        )
     except ValueError as exc:  # the options' own checks should have caught it
         raise click.UsageError(str(exc)) from None
-    return Settings(config, endpoint_url, quiet, debug)
+    return Settings(config, client, quiet, debug)

@@ -92,6 +92,9 @@ def cp(
     chunk_size: int,
     max_bandwidth: int | None,
     endpoint_url: str | None,
+    region: str | None,
+    profile: str | None,
+    no_sign_request: bool,
     quiet: bool,
     debug: bool,
 ) -> int:
@@ -120,6 +123,9 @@ def cp(
         max_bandwidth=max_bandwidth,
         validate=validate,
         endpoint_url=endpoint_url,
+        region=region,
+        profile=profile,
+        no_sign_request=no_sign_request,
         quiet=quiet,
         debug=debug,
         resume=resume,
@@ -142,6 +148,7 @@ def cp(
         with _engine_imports():
             from .work import copy_prefix, run  # noqa: PLC0415 - see the module's docstring
         _check_url(source, ctx)
+        _check_profile(settings, ctx)
 
         # "s3://b/logs" means the folder logs/, as "cp -r logs" would: without the
         # slash the prefix would also match logs2/ and land it as DEST/2/... .
@@ -161,6 +168,7 @@ def cp(
     with _engine_imports():
         from .work import copy_one, run  # noqa: PLC0415 - see the module's docstring
     _check_url(source, ctx)
+    _check_profile(settings, ctx)
     output = Output(objects=1, quiet=quiet, json_lines=json_lines, debug=debug)
     with output:
         run(copy_one(settings, source, target, strategy, output), debug)
@@ -200,6 +208,9 @@ def cat(
     chunk_size: int,
     max_bandwidth: int | None,
     endpoint_url: str | None,
+    region: str | None,
+    profile: str | None,
+    no_sign_request: bool,
     quiet: bool,
     debug: bool,
 ) -> int:
@@ -217,6 +228,9 @@ def cat(
         max_bandwidth=max_bandwidth,
         validate=validate,
         endpoint_url=endpoint_url,
+        region=region,
+        profile=profile,
+        no_sign_request=no_sign_request,
         quiet=quiet,
         debug=debug,
     )
@@ -234,6 +248,7 @@ def _cat(
     with _engine_imports():
         from .work import cat_object  # noqa: PLC0415 - see the module's docstring
     _check_url(source, ctx)
+    _check_profile(settings, ctx)
     if ranges:
         from .cat_ranges import cat_ranges, check_ranges  # noqa: PLC0415 - as work
 
@@ -275,6 +290,36 @@ def _check_url(source: S3Url | HttpUrl, ctx: click.Context) -> None:
     except ValueError as exc:
         param = next(param for param in ctx.command.params if param.name == "source")
         raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+
+
+def _check_profile(settings: Settings, ctx: click.Context) -> None:
+    """A ``--profile`` that neither AWS config file has, as a bad option: found before
+    any file is touched or request sent (the client would find it only once the run
+    had begun). The files are read as botocore reads them (``AWS_CONFIG_FILE``,
+    ``AWS_SHARED_CREDENTIALS_FILE``)."""
+    profile = settings.client.profile
+    if profile is None:
+        return
+    # botocore is loaded by now (the engine's imports).
+    from botocore.exceptions import BotoCoreError, ProfileNotFound  # noqa: PLC0415
+    from botocore.session import Session  # noqa: PLC0415
+
+    session = Session(profile=profile)
+    param = next(param for param in ctx.command.params if param.name == "profile")
+    try:
+        session.get_scoped_config()
+    except ProfileNotFound:
+        files = " nor ".join(
+            repr(str(session.get_config_variable(name)))
+            for name in ("config_file", "credentials_file")
+        )
+        raise click.BadParameter(
+            f"no profile {profile!r} in {files}", ctx=ctx, param=param
+        ) from None
+    except BotoCoreError as exc:  # a file that cannot be parsed
+        raise click.BadParameter(
+            f"the AWS config files cannot be read: {exc}", ctx=ctx, param=param
+        ) from None
 
 
 @cli.command(

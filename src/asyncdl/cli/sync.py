@@ -18,7 +18,14 @@ import click
 from ..filters import KINDS
 from ..key_paths import folder
 from .app import cli, make_settings, transfer_options
-from .commands import _check_url, _dest_dir, _engine_imports, _s3_url, _validate_option
+from .commands import (
+    _check_profile,
+    _check_url,
+    _dest_dir,
+    _engine_imports,
+    _s3_url,
+    _validate_option,
+)
 from .output import Output
 from .params import S3Url
 
@@ -93,6 +100,9 @@ def sync(
     chunk_size: int,
     max_bandwidth: int | None,
     endpoint_url: str | None,
+    region: str | None,
+    profile: str | None,
+    no_sign_request: bool,
     quiet: bool,
     debug: bool,
 ) -> int:
@@ -116,6 +126,9 @@ def sync(
         max_bandwidth=max_bandwidth,
         validate=validate,
         endpoint_url=endpoint_url,
+        region=region,
+        profile=profile,
+        no_sign_request=no_sign_request,
         quiet=quiet,
         debug=debug,
     )
@@ -129,6 +142,7 @@ def sync(
         from .sync_work import SyncJob, sync_prefix  # noqa: PLC0415 - see the docstring
         from .work import run  # noqa: PLC0415
     _check_url(source, ctx)
+    _check_profile(settings, ctx)
     job = SyncJob(
         bucket=source.bucket,
         prefix=folder(source.key),

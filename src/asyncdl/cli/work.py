@@ -73,13 +73,15 @@ async def _open_engine(
     are the interesting ones)."""
     async with AsyncExitStack() as stack:
         client: Any = _NoS3Client()
-        if isinstance(source, HttpUrl):
+        if isinstance(source, HttpUrl) and settings.client.profile is None:
             # The AWS config read now, as the client's creation read it: a missing
             # profile or a broken file fails the command before anything is sent.
             await asyncio.to_thread(url_session.ca_bundle)
         else:
+            # A URL with --profile goes through the client's HTTP session too: set up
+            # from that profile (its ca_bundle), where the engine's own reads AWS_PROFILE.
             client = await create_default_client(
-                stack, settings.config, endpoint_url=settings.endpoint_url, timestamps_as_text=True
+                stack, settings.config, **settings.client.arguments(), timestamps_as_text=True
             )
         engine = await stack.enter_async_context(Engine(client, config=settings.config))
         stack.enter_context(tuned_collector())

@@ -1,0 +1,109 @@
+"""The settings of the S3 client an engine (or the command) creates: endpoint, region,
+profile, unsigned access; each checked, a bad one a ``ValueError`` raised before any
+file is read or request sent.
+
+Standard library only: the command checks its options with these before it loads the
+engine's stack.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+#: What botocore takes as a region (``botocore.utils.validate_region_name``: a host
+#: label), so a bad one is refused with the others, before any client is made.
+_REGION = re.compile(r"(?![0-9]+$)(?!-)[a-zA-Z0-9-]{1,63}(?<!-)", re.ASCII)
+#: Longest profile name taken: one longer is a mistake, not a section of a config file.
+_MAX_PROFILE = 256
+
+
+def check_endpoint_url(value: object) -> str:
+    """``value`` if it is an ``http://`` or ``https://`` URL with a host."""
+    if isinstance(value, str):
+        parts = urlsplit(value)
+        if parts.scheme in ("http", "https") and parts.hostname:
+            return value
+    raise ValueError(f"endpoint_url must be an http:// or https:// URL, got {_shown(value)}")
+
+
+def check_region(value: object) -> str:
+    """``value`` if it is a region name (``us-east-1``, ``auto``: a DNS label)."""
+    if isinstance(value, str) and _REGION.fullmatch(value):
+        return value
+    raise ValueError(
+        f"region must be a region name such as us-east-1 (letters, digits and '-'), "
+        f"got {_shown(value)}"
+    )
+
+
+def check_profile(value: object) -> str:
+    """``value`` if it can name a profile of the AWS config files (whether one does is
+    known only once they are read)."""
+    if (
+        isinstance(value, str)
+        and value.strip() == value
+        and 0 < len(value) <= _MAX_PROFILE
+        and value.isprintable()
+        and not any(char in value for char in "[]")
+    ):
+        return value
+    raise ValueError(f"profile must be the name of an AWS config profile, got {_shown(value)}")
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:57]}..."
+
+
+@dataclass(frozen=True, slots=True)
+class ClientSettings:
+    """What overrides the AWS environment in a client asyncdl creates; ``None`` (and
+    ``unsigned=False``): what the environment says."""
+
+    endpoint_url: str | None = None
+    region: str | None = None
+    profile: str | None = None
+    #: Requests carry no signature and no credentials are looked up (a public bucket).
+    unsigned: bool = False
+
+    @classmethod
+    def checked(
+        cls,
+        *,
+        endpoint_url: object = None,
+        region: object = None,
+        profile: object = None,
+        unsigned: object = False,
+    ) -> ClientSettings:
+        """The settings, each checked; ``ValueError`` for the first bad one."""
+        if not isinstance(unsigned, bool):
+            raise ValueError(f"unsigned must be a bool, got {_shown(unsigned)}")
+        return cls(
+            endpoint_url=None if endpoint_url is None else check_endpoint_url(endpoint_url),
+            region=None if region is None else check_region(region),
+            profile=None if profile is None else check_profile(profile),
+            unsigned=unsigned,
+        )
+
+    @property
+    def given(self) -> tuple[str, ...]:
+        """The names of the settings given (not left to the environment)."""
+        values = {
+            "endpoint_url": self.endpoint_url,
+            "region": self.region,
+            "profile": self.profile,
+            "unsigned": self.unsigned or None,
+        }
+        return tuple(name for name, value in values.items() if value is not None)
+
+    def arguments(self) -> dict[str, Any]:
+        """``create_default_client``'s keyword arguments."""
+        return {
+            "endpoint_url": self.endpoint_url,
+            "region": self.region,
+            "profile": self.profile,
+            "unsigned": self.unsigned,
+        }
