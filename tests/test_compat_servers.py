@@ -53,6 +53,9 @@ QUIRKS = {
         "if-match-ignored",
         # A range of an empty object is a 416 without ActualObjectSize.
         "empty-416-without-size",
+        # A suffix range longer than the object is refused with 416 (RFC 9110: the
+        # whole object).
+        "long-suffix-416",
     },
 }
 
@@ -178,6 +181,8 @@ def test_the_quirks_named_are_the_servers_own(store: Store, compat_bucket: str) 
     assert refused.value.response["ResponseMetadata"]["HTTPStatusCode"] == 416
     sized = "ActualObjectSize" in refused.value.response["Error"]
     assert sized != ("empty-416-without-size" in store.quirks)
+    suffix = _status(store.s3, Bucket=compat_bucket, Key="k", Range="bytes=-100")
+    assert suffix == (416 if "long-suffix-416" in store.quirks else 206)
 
 
 def _status(s3: Any, **params: Any) -> int:
