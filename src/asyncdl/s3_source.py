@@ -243,10 +243,11 @@ class S3Object:
         would otherwise mix two versions in one file. Its tag is compared whether weak
         or strong (``W/"v2"`` is not ``"v1"``), and an answer with no ETag cannot be
         told to be that version (S3 always sends one): both are a changed object."""
-        error = self.pin_error(response.tag, if_match)
-        if error is None:
-            return response
+        if if_match is None or response.tag == if_match:
+            return response  # the common case, without a call
         response.close()
+        error = self.pin_error(response.tag, if_match)
+        assert error is not None
         raise error
 
     def pin_error(self, tag: str | None, if_match: str | None) -> DownloadError | None:
