@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import DownloadError, InvalidRequestError
-from ..file_records import EtagStore, Skips
+from ..file_records import EtagStore
 from ..filters import compile_filters
+from ..skipping import Skips
 from ..stale import Stale, remove_stale, stale_files
 from .app import Settings
 from .output import Output, printable
