@@ -7,6 +7,8 @@ as root, which may give a link away), moto through the recording proxy."""
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import itertools
 import os
 from pathlib import Path
@@ -15,6 +17,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
+import asyncdl
 from asyncdl import file_records
 from asyncdl.cli import cli
 from asyncdl.testing.tcp_proxy import Fault, RequestRecord, TcpProxy
@@ -160,3 +163,48 @@ def test_a_directory_swapped_for_a_link_mid_run_takes_nothing_outside(
     assert sorted(os.listdir(dest / "moved")) == ["a.bin"]
     if command == "sync":
         assert os.getxattr(dest / "moved/a.bin", file_records.XATTR)
+
+
+def open_under(root: Path) -> list[str]:
+    """What this process holds open under ``root`` (the engine's sockets aside)."""
+    held = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/self/fd/{fd}").startswith(str(root)):
+                held.append(fd)
+    return held
+
+
+async def test_held_directories_are_let_go(s3: Any, engine: asyncdl.Engine, tmp_path: Path) -> None:
+    # More directories than are kept open between their objects: each is closed once
+    # its objects are done, none is left open after the run.
+    name = new_bucket(s3, {f"p/d{n:02}/{m}.txt": b"x" for n in range(60) for m in range(2)})
+    results = engine.download_prefix(name, "p", tmp_path / "dest")
+    count = 0
+    async for result in results:
+        assert result.ok, result.error
+        count += 1
+        # The directories of the objects in flight, the root, and those kept: bounded.
+        assert len(open_under(tmp_path)) <= 40
+
+    assert count == 120
+    del result, results
+    gc.collect()
+    assert open_under(tmp_path) == []
+
+
+async def test_the_library_refuses_the_link_too(
+    s3: Any, engine: asyncdl.Engine, tmp_path: Path
+) -> None:
+    name = new_bucket(s3, {"p/sub/a.bin": b"data", "p/ok.txt": b"fine"})
+    dest, elsewhere = tmp_path / "dest", outside(tmp_path)
+    dest.mkdir()
+    link(dest / "sub", elsewhere, owner=OTHER)
+
+    results = {r.key: r async for r in engine.download_prefix(name, "p", dest)}
+
+    untouched(elsewhere)
+    assert results["p/ok.txt"].ok
+    error = results["p/sub/a.bin"].error
+    assert isinstance(error, asyncdl.InvalidRequestError)
+    assert "symbolic link" in str(error)
