@@ -295,8 +295,10 @@ def test_a_journal_replaced_as_it_is_opened_is_opened_again(
     real_open = os.open
     replaced: list[bool] = []
 
-    def open_then_replace(name: Any, flags: int, mode: int = 0o777) -> int:
-        fd = real_open(name, flags, mode)
+    def open_then_replace(
+        name: Any, flags: int, mode: int = 0o777, *, dir_fd: int | None = None
+    ) -> int:
+        fd = real_open(name, flags, mode, dir_fd=dir_fd)
         if not replaced:
             replaced.append(True)
             new = tmp_path / "new"

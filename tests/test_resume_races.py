@@ -70,12 +70,12 @@ def test_removing_a_foreign_pair_never_removes_a_live_partial(
     second = PartialFile(target, header, Busy, fsync=False, adopt=False)
     real_remove, fired = partial_paths.remove_name, list[Path]()
 
-    def remove_name(name: Path) -> None:
+    def remove_name(name: Path, dir_fd: int | None = None) -> None:
         if name == partial and not fired:
             fired.append(name)
             with contextlib.suppress(Busy):
                 second._open_sync()  # another process's download starts now
-        real_remove(name)
+        real_remove(name, dir_fd)
 
     monkeypatch.setattr(partial_paths, "remove_name", remove_name)
     try:

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from asyncdl import file_records
+from asyncdl import file_records, skipping
 from asyncdl.cli import cli
 from asyncdl.file_records import XATTR, EtagStore
 from asyncdl.stale import stale_files
@@ -142,7 +142,7 @@ def test_an_old_record_without_its_place_vouches_for_nothing(backend: str, tmp_p
     try:
         st = (tmp_path / "x").stat()
         # Neither skipped (it is fetched again, and recorded anew) nor deleted.
-        assert not file_records.should_skip(store, tmp_path / "x", "etag", 4, '"e"')
+        assert not skipping.should_skip(store, tmp_path / "x", "etag", 4, '"e"')
         (stale,) = stale_files(store, lambda _: False, lambda _: True, bucket="b", prefix="")
         assert stale.kept_because == "recorded by an older asyncdl, without its place"
         assert store.recorded(tmp_path / "x", st) is None

@@ -22,16 +22,19 @@ from . import dead_temps, jobs, transfer
 from .config import is_int_at_least
 from .context import Context
 from .errors import DownloadError, InvalidRequestError
-from .file_records import SKIP_MODES, Skips
+from .file_records import SKIP_MODES
 from .filters import Filters, compile_filters
+from .held_dirs import HeldDir
 from .key_paths import folder
 from .key_paths import relative_path as relative_path  # noqa: PLC0414 - re-exported: its old home
 from .listing import Listed as Listed  # noqa: PLC0414 - re-exported: its old home
 from .listing import list_prefix as list_prefix  # noqa: PLC0414
 from .listing import translated
+from .places import Places
 from .progress import ProgressCallback
 from .request_args import ExtraArgs, redacted
 from .results import DownloadResult
+from .skipping import Skips
 from .strategies import Strategy
 
 
@@ -67,6 +70,14 @@ class DownloadRequest:
 
 
 DownloadItem = DownloadRequest | tuple[str, str, "str | os.PathLike[str]"]
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class _Placed(DownloadRequest):
+    """A listed object's request, with the directory its target goes in, held open
+    since the listing decided it (see ``held_dirs``)."""
+
+    where: HeldDir | None = None
 
 
 def as_request(item: object) -> DownloadRequest:
@@ -215,6 +226,8 @@ async def _one(
             timeout=timeout,
             checksum=request.checksum,
         )
+        if type(request) is _Placed:
+            job.where = request.where
         return await transfer.run(ctx, job, progress)
     except DownloadError as error:
         size = request.size if is_int_at_least(request.size, 0) else None
@@ -275,7 +288,7 @@ async def download_prefix(
         raise InvalidRequestError(str(exc), **where) from None
     base = folder(prefix)
     root = await _check_dest_dir_off_loop(dest_dir, bucket=bucket, prefix=base)
-    places = _Places(root)
+    places = Places(root)
     skips = None if skip_existing is None else Skips(root, skip_existing)
     try:
         if skips is not None:
@@ -303,9 +316,9 @@ async def download_prefix(
         # cancelled and their temp files removed now, not when the collector runs.
         async with contextlib.aclosing(results):
             async for result in results:
-                places.settle(result)
+                held = places.settle(result)
                 if skips is not None:
-                    await skips.remember(result)
+                    await skips.remember(result, held)
                 yield result
         # What killed runs left where this one wrote: it would stay there for good.
         await _remove_dead(places.root, places.visited)
@@ -327,57 +340,6 @@ def _check_dest_dir(dest_dir: str | os.PathLike[str], *, bucket: str, prefix: st
 
 _check_dest_dir_off_loop = wrap(_check_dest_dir)
 _remove_dead = wrap(dead_temps.remove_dead)
-# Off the event loop: a busy disk can stall mkdir for long.
-_makedirs = wrap(os.makedirs)
-
-
-class _Places:
-    """The local paths one listing has handed out, as files and as directories.
-
-    S3 holds ``p/x`` and ``p/x/y`` side by side; on disk ``x`` is a file or a
-    directory. Whichever of the two keys is listed second is refused, whatever the
-    timing of the downloads, and the first is downloaded as if it were alone. A file
-    still in flight (or failed) is known only here; one on disk stops ``os.makedirs``.
-    """
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        #: Directories made, each with the first key that needed it.
-        self._dirs: dict[Path, str] = {}
-        #: Files handed out, with their keys, until they are on disk.
-        self._files: dict[Path, str] = {}
-        #: The directories of every target listed (skipped ones too).
-        self.visited: set[Path] = set()
-
-    async def claim(self, key: str, target: Path, depth: int) -> str | None:
-        """Hand ``target`` (``depth`` segments below the root) to ``key`` and make its
-        directories; or say why it cannot have it."""
-        if target in self._dirs:
-            return f"{str(target)!r} is already a directory (for key {self._dirs[target]!r})"
-        # Each Path made once: a new one hashes its parts again, per object.
-        parent = target.parent
-        directories = (parent,) if depth == 1 else target.parents[:depth]  # the root last
-        for directory in directories[:-1]:
-            if directory in self._files:
-                return f"{str(directory)!r} is already a file (key {self._files[directory]!r})"
-        if self.root not in self._dirs:
-            # Made with the first key, not before: a listing that finds nothing (or
-            # fails) leaves nothing behind. If it cannot be made, no key can land.
-            await _makedirs(self.root, exist_ok=True)
-            self._dirs[self.root] = key
-        if parent not in self._dirs:
-            try:
-                await _makedirs(parent, exist_ok=True)
-            except OSError as exc:
-                return f"cannot create directory {str(parent)!r}: {exc.strerror}"
-            for directory in directories:
-                self._dirs.setdefault(directory, key)
-        self._files[target] = key
-        return None
-
-    def settle(self, result: DownloadResult) -> None:
-        if result.ok:
-            self._files.pop(result.path, None)  # on disk: os.makedirs sees it now
 
 
 async def _list_requests(
@@ -385,7 +347,7 @@ async def _list_requests(
     *,
     bucket: str,
     prefix: str,
-    places: _Places,
+    places: Places,
     strategy: str | Strategy,
     extra_args: ExtraArgs | None,
     filters: Filters | None,
@@ -406,20 +368,21 @@ async def _list_requests(
                     refusal = InvalidRequestError(str(item.refusal), bucket=bucket, key=key)
                     yield failed(bucket, key, places.root, refusal, strategy, size=size)
                     continue
-                target = places.root.joinpath(*item.relative.parts)
+                parts = item.relative.parts
+                target = places.root.joinpath(*parts)
                 places.visited.add(target.parent)
-                # Before the claim: a file already there needs no directory made for it.
-                if skips is not None and await skips.skips(target, size, etag):
+                # Before the skip: what is looked at there is in the directory decided.
+                where = await places.claim(key, target, parts)
+                if isinstance(where, str):
+                    refusal = InvalidRequestError(where, bucket=bucket, key=key)
+                    yield failed(bucket, key, target, refusal, strategy, size=size)
+                    continue
+                if skips is not None and await skips.skips(target, size, etag, where):
                     yield DownloadResult(
                         bucket, key, target, size, etag, _name(strategy), requests=0, skipped=True
                     )
                     continue
-                conflict = await places.claim(key, target, len(item.relative.parts))
-                if conflict is not None:
-                    refusal = InvalidRequestError(conflict, bucket=bucket, key=key)
-                    yield failed(bucket, key, target, refusal, strategy, size=size)
-                    continue
                 to_fetch += size or 0
-                yield DownloadRequest(bucket, key, target, size=size, etag=etag)
+                yield _Placed(bucket, key, target, size=size, etag=etag, where=where)
     if listed is not None:
         listed(items, to_fetch)

@@ -34,28 +34,21 @@ local disk) or the executor; Dask workers call it from their task's thread.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import errno
-import functools
 import json
 import logging
 import os
 import socket
-import stat
 import threading
 import unicodedata
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from . import own_files, quick_io
+from . import own_files
 from .partial_paths import JOURNAL_SUFFIX, PARTIAL_SUFFIX
 from .writer import is_temp_file
-
-if TYPE_CHECKING:
-    from .results import DownloadResult
 
 XATTR = "user.asyncdl.etag"
 SIDECAR_DIR = ".asyncdl-etags"
@@ -76,6 +69,8 @@ MAX_SIDECAR_BYTES = 256 * 1024 * 1024
 
 logger = logging.getLogger("asyncdl")
 
+#: A file looked at for its record: never through a link, never waiting on a FIFO.
+_LOOK_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
 #: errnos that mean "this file system (or file) takes no user xattrs": fall back.
 _NO_XATTR = {errno.ENOTSUP, errno.EOPNOTSUPP, errno.EPERM, errno.EACCES, errno.ENOSYS}
 
@@ -134,12 +129,15 @@ class EtagStore:
         return self._root
 
     # -- reading ------------------------------------------------------------------
-    def recorded(self, target: Path, st: os.stat_result) -> str | None:
-        """The ETag ``target`` was downloaded at, if a record vouches for it as it is now
-        and where it is now."""
+    def recorded(
+        self, target: Path, st: os.stat_result, file: Path | int | None = None
+    ) -> str | None:
+        """The ETag ``target`` (``file``: opened) was downloaded at, if a record vouches
+        for it as it is now and where it is now."""
         relative = self._relative(target)
         root = self.root_id()
-        for record in self.records(target):
+        file = target if file is None else file
+        for record in self._records(lambda: os.getxattr(file, XATTR), relative):
             if record.vouches_for(st, relative, root):
                 return record.etag
         return None
@@ -202,10 +200,16 @@ class EtagStore:
         return found
 
     # -- writing ------------------------------------------------------------------
-    def record(self, target: Path, etag: str, *, bucket: str, key: str) -> None:
+    def record(
+        self, target: Path, etag: str, *, bucket: str, key: str, dir_fd: int | None = None
+    ) -> None:
         """Record that ``target``, as it is now and where it is, holds the object
-        ``bucket``/``key`` at ``etag``."""
-        st = os.stat(target)
+        ``bucket``/``key`` at ``etag`` (``dir_fd``: see :func:`opened_in`)."""
+        with opened_in(target, dir_fd) as file:
+            self._record(target, file, etag, bucket=bucket, key=key)
+
+    def _record(self, target: Path, file: Path | int, etag: str, *, bucket: str, key: str) -> None:
+        st = os.stat(file)
         relative = self._relative(target)
         root = self.root_id()
         record = Record(bare_etag(etag), st.st_size, st.st_mtime_ns, bucket, key, relative, root)
@@ -220,7 +224,7 @@ class EtagStore:
         try:
             if not _force_sidecar:
                 # The xattr names its path itself: it travels with the file.
-                os.setxattr(target, XATTR, json.dumps({**value, "path": relative}).encode())
+                os.setxattr(file, XATTR, json.dumps({**value, "path": relative}).encode())
                 return
         except OSError as exc:
             if exc.errno not in _NO_XATTR:
@@ -303,75 +307,19 @@ def _read_lines(
         os.close(fd)
 
 
-def should_skip(
-    store: EtagStore, target: Path, mode: str, size: int | None, etag: str | None
-) -> bool:
-    """Whether ``target`` already holds the listed object, per ``mode``; no request made.
-
-    ``"size"``: the file exists with the listed size (a row without a size is
-    downloaded). ``"etag"``: besides, a record made when the file was written holds
-    the listed ETag (a row without an ETag, or a file without a record, is
-    downloaded), or the object is listed as empty.
-    """
-    try:
-        st = os.stat(target)
-    except OSError:
-        return False
-    if not stat.S_ISREG(st.st_mode):
-        return False
-    if size is not None and st.st_size != size:
-        return False
-    if mode == "size":
-        return size is not None
-    if size == 0:
-        # An empty object's bytes cannot differ, and S3 may answer an empty
-        # object's download without an ETag to record.
-        return True
-    if etag is None:
-        return False
-    recorded = store.recorded(target, st)
-    return recorded is not None and recorded == bare_etag(etag)
-
-
-class Skips:
-    """``skip_existing`` for one run on an event loop: the decision before a download,
-    the record after it. Nothing here sends a request."""
-
-    def __init__(self, dest_dir: Path, mode: str) -> None:
-        self.store = EtagStore(dest_dir)
-        self.mode = mode
-
-    async def load(self) -> None:
-        # The sidecar may be long (one line per file ever written): read it once,
-        # off the loop, rather than on it at the first file without an xattr.
-        await asyncio.get_running_loop().run_in_executor(None, self.store.load)
-
-    async def skips(self, target: Path, size: int | None, etag: str | None) -> bool:
-        return await quick_io.QUICK_IO.call(should_skip, self.store, target, self.mode, size, etag)
-
-    async def remember(self, result: DownloadResult) -> None:
-        await remember(self.store, result)
-
-    def close(self) -> None:
-        self.store.close()
-
-
-async def remember(store: EtagStore, result: DownloadResult) -> None:
-    """Record the ETag a download wrote its file at, for a later run's skip; a record
-    that cannot be written is a warning (the file is right, a later run fetches it)."""
-    if not result.ok or result.skipped:
+@contextlib.contextmanager
+def opened_in(target: Path, dir_fd: int | None) -> Iterator[Path | int]:
+    """``target`` as the file calls take it: its path, or with ``dir_fd`` (its directory
+    held open, see ``held_dirs``) a descriptor of the file opened in there, never
+    through a link."""
+    if dir_fd is None:
+        yield target
         return
+    fd = os.open(target.name, _LOOK_FLAGS, dir_fd=dir_fd)
     try:
-        # A stat and an xattr write: on the loop while that is quick. A download the
-        # server sent no ETag for is recorded too (``sync --delete`` needs to know
-        # asyncdl wrote it), with an ETag that no listing's matches.
-        await quick_io.QUICK_IO.call(
-            functools.partial(store.record, bucket=result.bucket, key=result.key),
-            result.path,
-            result.etag or "",
-        )
-    except OSError as exc:
-        logger.warning("could not record the ETag of %s: %s", result.path, exc)
+        yield fd
+    finally:
+        os.close(fd)
 
 
 def is_asyncdl_file(name: str) -> bool:

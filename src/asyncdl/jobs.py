@@ -13,6 +13,7 @@ from .checksums import ExpectedChecksum, parse_checksum
 from .config import finite
 from .context import Context
 from .errors import InvalidRequestError
+from .held_dirs import HeldDir
 from .request_args import (
     ExtraArgs,
     check_bucket_and_key,
@@ -43,6 +44,9 @@ class Job:
     #: A download from this URL instead of ``bucket``/``key`` (``key`` is the URL as
     #: shown, ``bucket`` empty).
     url: str | None = None
+    #: The target's directory, held open since a listing decided it (``held_dirs``):
+    #: the download's files are made in it, not by their paths (``None``: by paths).
+    where: HeldDir | None = None
 
 
 async def check(

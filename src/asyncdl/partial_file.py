@@ -48,6 +48,7 @@ from aiofiles.os import wrap
 from . import journal
 from .checksums import CRC_ALGORITHMS, crc_function
 from .file_writes import CrcOf, crc_of, write_all
+from .held_dirs import HeldDir, at
 from .journal import Header, Recorded
 from .partial_paths import (
     JOURNAL_FLAGS,
@@ -83,9 +84,16 @@ class PartialFile(TempFile):
     A small file published in one write never opens: it stays a plain temp file."""
 
     def __init__(
-        self, target: Path, header: Header, busy: Busy, *, fsync: bool, adopt: bool
+        self,
+        target: Path,
+        header: Header,
+        busy: Busy,
+        *,
+        fsync: bool,
+        adopt: bool,
+        where: HeldDir | None = None,
     ) -> None:
-        super().__init__(target, header.size, fsync=fsync)
+        super().__init__(target, header.size, fsync=fsync, where=where)
         self.header = header
         self._busy = busy
         self._adopt = adopt
@@ -114,7 +122,7 @@ class PartialFile(TempFile):
     @functools.cached_property
     def files(self) -> tuple[Path, Path]:
         """The partial file and the journal (worked out only when needed: a small file
-        published in one write never needs them)."""
+        published in one write never needs them); in a held directory, named by ``at``."""
         return paths_for(self.target)
 
     async def open(self) -> None:
@@ -126,7 +134,7 @@ class PartialFile(TempFile):
     def _open_sync(self) -> None:
         self._enter()
         try:
-            locked = open_locked(self.files[1], self._busy, create=True)
+            locked = open_locked(self.files[1], self._busy, create=True, dir_fd=self._dir_fd)
             assert locked is not None  # created if missing
             self._journal_fd = locked
             try:
@@ -145,7 +153,7 @@ class PartialFile(TempFile):
         if found.damaged or found.header != self.header or not found.ranges:
             return None
         try:
-            fd = open_regular(self.files[0], PARTIAL_FLAGS)
+            fd = open_regular(self.files[0], PARTIAL_FLAGS, dir_fd=self._dir_fd)
         except (FileNotFoundError, NotRegular):
             return None  # a link planted since the lookup: _fresh removes it
         try:
@@ -221,10 +229,12 @@ class PartialFile(TempFile):
             self._replace_journal(self.header.line(fsync=self._fsync))
             # Whatever is at the partial's name goes (an old partial, or a link planted
             # there: the link, not what it points to): the partial is always made anew.
+            held = self._dir_fd
             for _ in range(8):
-                remove_name(self.files[0])
+                remove_name(self.files[0], held)
                 try:
-                    fd = os.open(self.files[0], PARTIAL_FLAGS | os.O_CREAT | os.O_EXCL, 0o600)
+                    flags = PARTIAL_FLAGS | os.O_CREAT | os.O_EXCL
+                    fd = os.open(at(self.files[0], held), flags, 0o600, dir_fd=held)
                     break
                 except FileExistsError:
                     continue
@@ -234,7 +244,7 @@ class PartialFile(TempFile):
         except Unusable:
             # Nothing left behind: the journal (ours, locked) is of no partial.
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.files[1])
+                os.unlink(at(self.files[1], self._dir_fd), dir_fd=self._dir_fd)
             raise
         try:
             preallocate(fd, self.size)
@@ -336,12 +346,14 @@ class PartialFile(TempFile):
         see the module's note."""
         path = self.files[1]
         temp = compaction_path(path)
+        held = self._dir_fd
         for _ in range(8):
             # Only the holder of the journal's lock writes there: what is there is a
             # killed compaction's (or planted), removed.
-            remove_name(temp)
+            remove_name(temp, held)
             try:
-                fd = os.open(temp, JOURNAL_FLAGS | os.O_CREAT | os.O_EXCL, 0o600)
+                flags = JOURNAL_FLAGS | os.O_CREAT | os.O_EXCL
+                fd = os.open(at(temp, held), flags, 0o600, dir_fd=held)
             except FileExistsError:
                 continue
             if hold(fd):
@@ -357,28 +369,28 @@ class PartialFile(TempFile):
                 view = view[os.write(fd, view) :]
             if self._fsync:
                 os.fsync(fd)
-            os.replace(temp, path)
+            os.replace(at(temp, held), at(path, held), src_dir_fd=held, dst_dir_fd=held)
         except BaseException:
             os.close(fd)
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(temp)
+                os.unlink(at(temp, held), dir_fd=held)
             raise
         old, self._journal_fd = self._journal_fd, fd
         os.close(old)
         if self._fsync:
-            _fsync_directory(path.parent)
+            _fsync_directory(path.parent, held)
         self._journal_size = len(content)
         self._compact_at = max(journal.COMPACT_AT, 2 * len(content))
 
     def _replace(self) -> None:
-        if self._journal_fd >= 0 and self._fd >= 0 and _mode_of(self.target) is None:
+        if self._journal_fd >= 0 and self._fd >= 0 and _mode_of(self._at, self._dir_fd) is None:
             # Made 0o600; published, it gets the mode a new file gets (an existing
             # target's is kept by TempFile).
             os.fchmod(self._fd, 0o666 & ~_umask())
         super()._replace()
         if self._journal_fd >= 0:
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.files[1])
+                os.unlink(at(self.files[1], self._dir_fd), dir_fd=self._dir_fd)
             self._release()
 
     def _remove(self) -> None:
@@ -388,7 +400,7 @@ class PartialFile(TempFile):
             if self.drop and self._journal_fd >= 0:
                 for path in self.files:
                     with contextlib.suppress(FileNotFoundError):
-                        os.unlink(path)
+                        os.unlink(at(path, self._dir_fd), dir_fd=self._dir_fd)
             self._release()
 
     def _release(self) -> None:

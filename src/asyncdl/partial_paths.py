@@ -33,6 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from . import journal
+from .held_dirs import at
 from .journal import Found
 from .own_files import is_ours
 from .writer import cut_name
@@ -115,13 +116,16 @@ def why_not_ours(st: os.stat_result) -> str | None:
 _REOPENS = 8
 
 
-def open_regular(path: Path, flags: int, mode: int = 0o600, *, ours: bool = True) -> int:
+def open_regular(
+    path: Path, flags: int, mode: int = 0o600, *, ours: bool = True, dir_fd: int | None = None
+) -> int:
     """``path`` opened with ``flags`` (``O_NOFOLLOW`` among them), if it is a regular
     file, and (with ``ours``) this user's alone with no other name; else
-    :class:`NotRegular`."""
+    :class:`NotRegular`. With ``dir_fd`` (here and below): ``path``'s directory held
+    open there (``held_dirs``), its name opened in it."""
     for _ in range(_REOPENS):
         try:
-            fd = os.open(path, flags, mode)
+            fd = os.open(at(path, dir_fd), flags, mode, dir_fd=dir_fd)
         except OSError as exc:
             # A link at the name: ELOOP (EMLINK on FreeBSD). A directory: EISDIR when
             # opened for writing. Another user's file: maybe EACCES.
@@ -134,7 +138,7 @@ def open_regular(path: Path, flags: int, mode: int = 0o600, *, ours: bool = True
             ):
                 raise
             try:
-                why = _why(os.lstat(path), ours=ours)
+                why = _why(os.lstat(at(path, dir_fd), dir_fd=dir_fd), ours=ours)
             except OSError:
                 why = None
             if why is None:
@@ -160,15 +164,16 @@ def _why(st: os.stat_result, *, ours: bool) -> str | None:
     return None
 
 
-def remove_name(path: Path) -> None:
+def remove_name(path: Path, dir_fd: int | None = None) -> None:
     """Remove whatever ``path`` names (a link, never what it points to), if anything;
     :class:`Unusable` when that is not allowed (a directory is never removed)."""
     try:
-        os.unlink(path)
+        os.unlink(at(path, dir_fd), dir_fd=dir_fd)
     except FileNotFoundError:
         pass
     except (IsADirectoryError, PermissionError) as exc:
-        what = "a directory" if os.path.isdir(path) else "a file this user may not remove"
+        is_dir = _lexists(path, dir_fd, stat.S_ISDIR)
+        what = "a directory" if is_dir else "a file this user may not remove"
         raise Unusable(
             exc.errno,
             f"asyncdl keeps a resumable download's partial file or journal at this name, "
@@ -178,7 +183,18 @@ def remove_name(path: Path) -> None:
         ) from None
 
 
-def remove_unheld(path: Path, busy: Busy, *, partial: Path | None = None) -> None:
+def _lexists(path: Path, dir_fd: int | None, kind: Callable[[int], bool] | None = None) -> bool:
+    """Whether ``path`` names anything (a link too; of ``kind``, if given)."""
+    try:
+        st = os.stat(at(path, dir_fd), dir_fd=dir_fd, follow_symlinks=kind is not None)
+    except (OSError, ValueError):
+        return False
+    return kind is None or kind(st.st_mode)
+
+
+def remove_unheld(
+    path: Path, busy: Busy, *, partial: Path | None = None, dir_fd: int | None = None
+) -> None:
     """:func:`remove_name` of a journal's name that holds no journal of ours (and of
     ``partial`` first, if given), unless what it holds is locked: another user's
     download of the same target, in a shared directory, whose files are not ours to
@@ -187,25 +203,25 @@ def remove_unheld(path: Path, busy: Busy, *, partial: Path | None = None) -> Non
     download may have made its own journal there since: then nothing is removed, and
     the caller looks again)."""
     try:
-        fd = os.open(path, _READ_FLAGS)
+        fd = os.open(at(path, dir_fd), _READ_FLAGS, dir_fd=dir_fd)
     except OSError:
         # A link, a directory, a file we may not read: no lock to see.
         if partial is not None:
-            remove_name(partial)
-        remove_name(path)
+            remove_name(partial, dir_fd)
+        remove_name(path, dir_fd)
         return
     try:
         st = os.fstat(fd)
         if stat.S_ISREG(st.st_mode):
             lock(fd, busy, shared=False)
         try:
-            if not os.path.samestat(st, os.lstat(path)):
+            if not os.path.samestat(st, os.lstat(at(path, dir_fd), dir_fd=dir_fd)):
                 return
         except FileNotFoundError:
             return
         if partial is not None:
-            remove_name(partial)
-        remove_name(path)
+            remove_name(partial, dir_fd)
+        remove_name(path, dir_fd)
     finally:
         os.close(fd)
 
@@ -227,7 +243,13 @@ def lock(fd: int, busy: Busy, *, shared: bool) -> None:
 
 
 def open_locked(
-    path: Path, busy: Busy, *, create: bool = False, shared: bool = False, ours: bool = True
+    path: Path,
+    busy: Busy,
+    *,
+    create: bool = False,
+    shared: bool = False,
+    ours: bool = True,
+    dir_fd: int | None = None,
 ) -> int | None:
     """The journal at ``path``, open and locked, or ``None`` if there is none (and
     ``create`` is false): read-only when ``shared`` (a reader's), else for appending.
@@ -240,22 +262,22 @@ def open_locked(
     flags = _READ_FLAGS if shared else JOURNAL_FLAGS
     for _ in range(8):
         try:
-            fd = open_regular(path, flags, ours=ours)
+            fd = open_regular(path, flags, ours=ours, dir_fd=dir_fd)
         except FileNotFoundError:
             if not create:
                 return None
             try:
-                fd = open_regular(path, flags | os.O_CREAT | os.O_EXCL)
+                fd = open_regular(path, flags | os.O_CREAT | os.O_EXCL, dir_fd=dir_fd)
             except (FileExistsError, NotRegular):
                 continue  # made, or made and replaced, meanwhile: looked at again
         except NotRegular:
             if not create:
                 raise
-            remove_unheld(path, busy)
+            remove_unheld(path, busy, dir_fd=dir_fd)
             continue
         try:
             lock(fd, busy, shared=shared)
-            if os.path.samestat(os.fstat(fd), os.lstat(path)):
+            if os.path.samestat(os.fstat(fd), os.lstat(at(path, dir_fd), dir_fd=dir_fd)):
                 return fd
         except FileNotFoundError:
             pass
@@ -266,26 +288,28 @@ def open_locked(
     raise OSError(errno.EAGAIN, "the journal keeps being replaced", str(path))
 
 
-def lookup(target: Path, busy: Busy, *, header_only: bool = False) -> Found | None:
+def lookup(
+    target: Path, busy: Busy, *, header_only: bool = False, dir_fd: int | None = None
+) -> Found | None:
     """The journal of ``target`` as read now (``None``: there is none; one ``open``
     finds that). Raises ``busy()`` when a running download holds it. ``header_only``:
     its ranges are not read (the download that adopts the partial reads them)."""
     partial, path = paths_for(target)
     try:
-        fd = open_locked(path, busy, shared=True)
+        fd = open_locked(path, busy, shared=True, dir_fd=dir_fd)
     except NotRegular as exc:
         return Found(damaged=f"its journal is {exc.strerror}")
     if fd is None:
         return None
     try:
-        if os.fstat(fd).st_size == 0 and not os.path.lexists(partial):
+        if os.fstat(fd).st_size == 0 and not _lexists(partial, dir_fd):
             # Just made by a download that has not locked it yet (or one killed then):
             # nothing to continue, nor to remove (the download opening it starts fresh).
             return None
         found = journal.read(fd, header_only=header_only)
         if found.header is not None and found.damaged is None:
             try:
-                st = os.lstat(partial)
+                st = os.lstat(at(partial, dir_fd), dir_fd=dir_fd)
             except FileNotFoundError:
                 return Found(damaged="its partial file is missing")
             on_disk = st.st_size
@@ -300,27 +324,27 @@ def lookup(target: Path, busy: Busy, *, header_only: bool = False) -> Found | No
         os.close(fd)  # the download takes the lock again when it opens the partial
 
 
-def remove(target: Path, busy: Busy) -> bool:
+def remove(target: Path, busy: Busy, *, dir_fd: int | None = None) -> bool:
     """Remove ``target``'s partial and journal, unless a running download holds them
     (then ``busy()`` is raised); whether there was either."""
-    return remove_pair(*paths_for(target), busy)
+    return remove_pair(*paths_for(target), busy, dir_fd=dir_fd)
 
 
-def remove_pair(partial: Path, path: Path, busy: Busy) -> bool:
+def remove_pair(partial: Path, path: Path, busy: Busy, *, dir_fd: int | None = None) -> bool:
     """Remove a partial file and its journal, under the journal's lock. Either may be
     a link (or some other file) planted at its name: the link is removed, not what it
     points to; no download ever holds such a journal, so it needs no lock."""
     try:
-        fd = open_locked(path, busy)
+        fd = open_locked(path, busy, dir_fd=dir_fd)
     except NotRegular:
-        remove_unheld(path, busy, partial=partial)
+        remove_unheld(path, busy, partial=partial, dir_fd=dir_fd)
         return True
     try:
-        if fd is None and not os.path.lexists(partial):
+        if fd is None and not _lexists(partial, dir_fd):
             return False
-        remove_name(partial)
+        remove_name(partial, dir_fd)
         if fd is not None:
-            os.unlink(path)
+            os.unlink(at(path, dir_fd), dir_fd=dir_fd)
         return True
     finally:
         if fd is not None:

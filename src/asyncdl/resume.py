@@ -30,6 +30,7 @@ from .errors import (
     TargetBusyError,
     source_name,
 )
+from .held_dirs import HeldDir
 from .journal import Header
 from .partial_file import PartialFile
 from .partial_paths import Busy
@@ -64,10 +65,13 @@ def partial_file_for(
     *,
     fsync: bool,
     found: Resume,
+    where: HeldDir | None = None,
 ) -> PartialFile:
-    """The file a ``resume=True`` download of ``size`` bytes at ``etag`` writes into."""
+    """The file a ``resume=True`` download of ``size`` bytes at ``etag`` writes into
+    (``where``: its directory, held open)."""
     header = Header(obj.bucket, obj.key, _version(extra_args), etag, size, target.name)
-    return PartialFile(target, header, busy(obj, target), fsync=fsync, adopt=found.adopt)
+    error = busy(obj, target)
+    return PartialFile(target, header, error, fsync=fsync, adopt=found.adopt, where=where)
 
 
 def _version(extra_args: ExtraArgs) -> str | None:
@@ -96,6 +100,7 @@ async def discover(
     etag: str | None,
     checksum_head: bool,
     found: Resume,
+    where: HeldDir | None = None,
 ) -> Discovery | None:
     """The discovery of a download that continues an earlier attempt's partial file,
     or ``None`` (the usual discovery follows): there is none, or it was discarded, and
@@ -105,7 +110,10 @@ async def discover(
         return None  # fits one write: never journaled
     error = busy(obj, target)
     # Its header alone: a journal's ranges are read once, when the partial is adopted.
-    journal = await quick_io.QUICK_IO.call(partial_paths.lookup, target, error, header_only=True)
+    dir_fd = None if where is None else where.fd
+    journal = await quick_io.QUICK_IO.call(
+        partial_paths.lookup, target, error, header_only=True, dir_fd=dir_fd
+    )
     if journal is None:
         return None
     header, why = journal.header, journal.damaged
@@ -133,7 +141,7 @@ async def discover(
         found.adopt = True
         return discovery
     found.discarded = f"a partial file was found, but {why}; it was discarded"
-    await quick_io.QUICK_IO.call(partial_paths.remove, target, error)
+    await quick_io.QUICK_IO.call(partial_paths.remove, target, error, dir_fd=dir_fd)
     return None
 
 

@@ -122,6 +122,7 @@ async def _fetch_verified(
             etag=job.etag,
             checksum_head=_needs_checksum_head(ctx, obj, job),
             found=found,
+            where=job.where,
         )
     if discovery is None:
         discovery = await _discover(ctx, obj, job)
@@ -243,10 +244,17 @@ async def _fetch(
         # Held before any await, so a cancelled create is still cleaned up.
         if config.resume and etag is not None:  # without an ETag, nothing pins the rest
             temp = resume.partial_file_for(
-                obj, job.target, job.extra_args, etag, size, fsync=config.fsync, found=found
+                obj,
+                job.target,
+                job.extra_args,
+                etag,
+                size,
+                fsync=config.fsync,
+                found=found,
+                where=job.where,
             )
         else:
-            temp = TempFile(job.target, size, fsync=config.fsync)
+            temp = TempFile(job.target, size, fsync=config.fsync, where=job.where)
         if verifier.pending is not None and discovery.checksum is not None:
             # The answer was the whole object and brought the checksum: the HEAD sent
             # for it is not needed.

@@ -19,9 +19,10 @@ import sys
 from .file_writes import write_all
 
 
-def link_unnamed(parent: str, target: str, data: bytes) -> bool:
+def link_unnamed(parent: str, target: str, data: bytes, dir_fd: int | None = None) -> bool:
     """Publish ``data`` as the new file ``target`` with no name in between: an unnamed
-    file in ``parent`` (``O_TMPFILE``), written, then linked at ``target``. False when
+    file in ``parent`` (``O_TMPFILE``), written, then linked at ``target``. With
+    ``dir_fd``, ``parent`` held open there, and ``target`` a name in it. False when
     that cannot be done here (no ``O_TMPFILE`` on the system or the file system, no
     ``/proc``) or ``target`` exists: the caller then writes a named temp file and
     renames it, which replaces a target and keeps its mode."""
@@ -30,14 +31,17 @@ def link_unnamed(parent: str, target: str, data: bytes) -> bool:
     try:
         # An existing target (a download again) is not worth writing twice; one that
         # appears meanwhile makes the link fail, and the named way replaces it.
-        os.lstat(target)
+        os.lstat(target, dir_fd=dir_fd)
         return False
     except FileNotFoundError:
         pass
     except OSError:
         return False  # the named way meets (and reports) what this is
     try:
-        fd = os.open(parent or ".", _TMPFILE_FLAGS, 0o666)
+        if dir_fd is None:
+            fd = os.open(parent or ".", _TMPFILE_FLAGS, 0o666)
+        else:
+            fd = os.open(".", _TMPFILE_FLAGS, 0o666, dir_fd=dir_fd)
     except OSError as exc:
         if exc.errno in _TMPFILE_UNSUPPORTED:
             # Per directory, not per process: another file system may take it.
@@ -50,7 +54,9 @@ def link_unnamed(parent: str, target: str, data: bytes) -> bool:
         # /proc's link to the open file, followed: linkat(2) with AT_SYMLINK_FOLLOW,
         # which needs no privilege (AT_EMPTY_PATH does). The absolute path makes the
         # directory descriptor unused; giving one is what makes Python call linkat.
-        os.link(f"/proc/self/fd/{fd}", target, src_dir_fd=fd, follow_symlinks=True)
+        os.link(
+            f"/proc/self/fd/{fd}", target, src_dir_fd=fd, dst_dir_fd=dir_fd, follow_symlinks=True
+        )
     except OSError:
         # The target appeared (a link never replaces), or /proc cannot link here: the
         # unnamed file goes with its descriptor, and the named way decides.

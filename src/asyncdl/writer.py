@@ -44,6 +44,7 @@ from aiofiles.os import wrap
 from . import quick_io
 from .checksums import crc_function, sha_of
 from .file_writes import CrcOf, WriteHops, crc_of, write_all
+from .held_dirs import HeldDir
 from .temp_names import NAME_MAX, temp_name
 from .temp_names import TEMP_RUN as TEMP_RUN  # noqa: PLC0414 - re-exported: its old home
 from .temp_names import cut_name as cut_name  # noqa: PLC0414
@@ -77,13 +78,20 @@ class TempFile:
     then. Either way :meth:`commit` or :meth:`discard` it.
     """
 
-    def __init__(self, target: Path, size: int, *, fsync: bool = False) -> None:
+    def __init__(
+        self, target: Path, size: int, *, fsync: bool = False, where: HeldDir | None = None
+    ) -> None:
         self.target = target
         self.size = size
         self._run = TEMP_RUN.get()
         self._name_max = _NAME_MAX
         # Kept as a string: the file calls take one, and a Path is made only if asked.
         self._parent = os.path.dirname(str(target))
+        #: ``target``'s directory held open (``held_dirs``): the files, and ``_at`` the target,
+        #: named in it (else by path); referenced, so that it stays open while a call runs.
+        self._where = where
+        self._dir_fd = None if where is None else where.fd
+        self._at = str(target) if where is None else target.name
         self._path = self._fresh_path()
         #: Whether the target was replaced (or made): true from the moment ``os.replace``
         #: (or the link of an unnamed file) succeeded.
@@ -109,14 +117,15 @@ class TempFile:
     @property
     def path(self) -> Path:
         """Where the bytes are written until published."""
-        return Path(self._path)
+        return Path(self._path) if self._dir_fd is None else Path(self._parent, self._path)
 
     @path.setter
     def path(self, path: Path) -> None:
-        self._path = os.fspath(path)
+        self._path = os.fspath(path) if self._dir_fd is None else path.name
 
     def _fresh_path(self) -> str:
-        return os.path.join(self._parent, temp_name(self.target.name, self._run, self._name_max))
+        name = temp_name(self.target.name, self._run, self._name_max)
+        return name if self._dir_fd is not None else os.path.join(self._parent, name)
 
     # -- executor calls, each counted in and out --------------------------------
     def _enter(self) -> None:
@@ -141,7 +150,7 @@ class TempFile:
         shorter one if the file system's names are shorter than usual."""
         for _ in range(8):
             try:
-                fd = os.open(self._path, _FLAGS, 0o666)
+                fd = os.open(self._path, _FLAGS, 0o666, dir_fd=self._dir_fd)
                 if hold(fd):
                     self._created = True
                     return fd
@@ -151,7 +160,7 @@ class TempFile:
             except OSError as exc:
                 if exc.errno != errno.ENAMETOOLONG or self._name_max != _NAME_MAX:
                     raise
-                limit = _name_max(self.target.parent)
+                limit = _name_max(self.target.parent if self._dir_fd is None else self._dir_fd)
                 if limit is None or limit >= len(os.fsencode(os.path.basename(self._path))):
                     raise  # not the name's length: the whole path is too long
                 self._name_max = limit
@@ -166,7 +175,7 @@ class TempFile:
                 preallocate(fd, self.size)
             except BaseException:
                 os.close(fd)
-                os.unlink(self._path)
+                os.unlink(self._path, dir_fd=self._dir_fd)
                 self._created = False
                 raise
             self._fd = fd
@@ -308,23 +317,24 @@ class TempFile:
     def _replace(self) -> None:
         """Close the written file and rename it onto the target: with the target's
         permission bits if there is one, durably if asked."""
-        mode = _mode_of(self.target)
+        mode = _mode_of(self._at, self._dir_fd)
         fd, self._fd = self._fd, -1
+        at = self._dir_fd
         try:
             if self._fsync:
                 os.fsync(fd)
             if mode is not None:
-                os.chmod(self._path, mode)
+                os.chmod(self._path, mode, dir_fd=at)
             if os.name != "nt":  # renamed while open, so still locked (see ``hold``)
-                os.replace(self._path, self.target)
+                os.replace(self._path, self._at, src_dir_fd=at, dst_dir_fd=at)
                 self.published = True
         finally:
             os.close(fd)
         if not self.published:  # Windows renames no open file
-            os.replace(self._path, self.target)
+            os.replace(self._path, self._at)
         self.published = True
         if self._fsync:
-            _fsync_directory(self.target.parent)
+            _fsync_directory(self.target.parent, at)
 
     def _publish_sync(self) -> None:
         """Create, write, close and rename a deferred file in one go (or link it, unnamed,
@@ -334,7 +344,7 @@ class TempFile:
             raise RuntimeError(f"commit of {len(data)} bytes of a {self.size}-byte file")
         self._enter()  # outside the try: a discarded file is never published
         try:
-            if not self._fsync and link_unnamed(self._parent, str(self.target), data):
+            if not self._fsync and link_unnamed(self._parent, self._at, data, self._dir_fd):
                 self.published = True
                 return
             fd = self._fd = self._create()
@@ -369,7 +379,7 @@ class TempFile:
         finally:
             if self._created:
                 with contextlib.suppress(FileNotFoundError):
-                    os.unlink(self._path)
+                    os.unlink(self._path, dir_fd=self._dir_fd)
 
 
 def hold(fd: int) -> bool:
@@ -387,21 +397,22 @@ def _b64(digest: bytes) -> str:
     return base64.b64encode(digest).decode("ascii")
 
 
-def _mode_of(target: Path) -> int | None:
+def _mode_of(target: str | Path, dir_fd: int | None = None) -> int | None:
     """An existing target's permission bits, which its replacement keeps (set-id and
     sticky bits are not kept: writing a file clears them too)."""
     try:
-        st = os.stat(target)
+        st = os.stat(target, dir_fd=dir_fd)
     except OSError:
         return None
     return stat.S_IMODE(st.st_mode) & 0o777 if stat.S_ISREG(st.st_mode) else None
 
 
-def _fsync_directory(directory: Path) -> None:
-    """Make the rename durable: it is written in the directory, not in the file."""
+def _fsync_directory(directory: Path, dir_fd: int | None = None) -> None:
+    """Make the rename durable: it is written in the directory (held open at
+    ``dir_fd``, if given), not in the file."""
     if os.name == "nt":
         return  # a directory cannot be opened there; NTFS journals the rename itself
-    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY) if dir_fd is None else os.dup(dir_fd)
     try:
         os.fsync(fd)
     except OSError as exc:
@@ -412,7 +423,7 @@ def _fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
-def _name_max(directory: Path) -> int | None:
+def _name_max(directory: Path | int) -> int | None:
     try:
         return os.pathconf(directory, "PC_NAME_MAX")
     except (OSError, ValueError, AttributeError):  # AttributeError: no pathconf (Windows)

@@ -25,8 +25,9 @@ from pathlib import Path
 
 from .. import sync_lock
 from ..errors import DownloadError, InvalidRequestError
-from ..file_records import SYNC_LOCK, EtagStore, Skips
+from ..file_records import SYNC_LOCK, EtagStore
 from ..filters import compile_filters
+from ..skipping import Skips
 from ..stale import Stale, remove_stale, stale_files
 from .app import Settings
 from .output import Output, printable

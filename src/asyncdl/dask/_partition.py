@@ -30,10 +30,11 @@ import pandas as pd
 from ..bulk import DownloadRequest
 from ..config import TransferConfig
 from ..errors import InvalidRequestError
-from ..file_records import EtagStore, remember, should_skip
+from ..file_records import EtagStore
 from ..key_paths import relative_path
 from ..request_args import ExtraArgs, redacted
 from ..results import DownloadResult
+from ..skipping import remember, should_skip
 from ..strategies import Strategy
 from ..writer import TEMP_RUN
 from ._runtime import runtime
