@@ -130,3 +130,45 @@ async def test_a_url_emptied_between_its_first_get_and_its_size_probe_is_a_chang
         "bytes=0-0",
         "bytes=0-0",
     ]
+
+
+# -- endpoint URLs that would send or show what they hold -------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "message"),
+    [
+        ("http://user:SECRETPASS@127.0.0.1:9000", "user name or password"),
+        ("http://SECRETPASS@127.0.0.1:9000", "user name or password"),
+        ("http://127.0.0.1:9000/?X-Amz-Signature=SECRETPASS", "query or a fragment"),
+        ("http://127.0.0.1:9000/#SECRETPASS", "query or a fragment"),
+        ("http://127.0.0.1:99999", "port"),
+        ("ftp://user:SECRETPASS@127.0.0.1", "http:// or https://"),
+    ],
+    ids=["userinfo", "user", "query", "fragment", "bad-port", "ftp-userinfo"],
+)
+def test_an_endpoint_url_that_botocore_cannot_use_is_refused_unquoted(
+    endpoint: str, message: str, tmp_path: Path
+) -> None:
+    """User info would go out as HTTP Basic authentication (from an unsigned engine
+    too, which promises no Authorization header), or break the signature; botocore
+    refuses a query or a fragment only at the first request, quoting it whole; a bad
+    port fails there too. Each is refused as the engine is made, and as the command
+    parses its options, without showing what the URL holds."""
+    with pytest.raises(ValueError, match=message) as raised:
+        asyncdl.Engine(endpoint_url=endpoint, unsigned=True)
+    assert "SECRETPASS" not in str(raised.value)
+    run = CliRunner().invoke(
+        cli,
+        ["cp", "--no-sign-request", "--endpoint-url", endpoint, "s3://b/k", str(tmp_path / "x")],
+    )
+    assert run.exit_code == 2, run.output
+    assert message in run.output
+    assert "SECRETPASS" not in run.output
+    assert os.listdir(tmp_path) == []
+
+
+def test_an_endpoint_url_with_a_path_is_taken() -> None:
+    """A store behind a reverse proxy may sit under a path: botocore puts the bucket
+    after it."""
+    asyncdl.Engine(endpoint_url="https://gateway.example/s3/", unsigned=True)
