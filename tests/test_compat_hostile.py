@@ -94,7 +94,7 @@ async def test_a_pinned_range_refused_with_another_etag_is_a_change(
 
     async def work(engine: asyncdl.Engine, server: RawServer) -> None:
         url = server.url("/b/k")
-        calls = {
+        calls: dict[str, Callable[[], Awaitable[Any]]] = {
             "download": lambda: engine.download("b", "k", target, etag=pin),
             "read_ranges": lambda: engine.read_ranges("b", "k", [(0, 1)], etag=pin),
             "open": lambda: _read_all(engine.open("b", "k", etag=pin)),
