@@ -20,13 +20,49 @@ _REGION = re.compile(r"(?![0-9]+$)(?!-)[a-zA-Z0-9-]{1,63}(?<!-)", re.ASCII)
 _MAX_PROFILE = 256
 
 
+#: What :func:`endpoint_url_fault` says of a URL that is not http(s) with a host.
+NOT_HTTP = "must be an http:// or https:// URL"
+
+
 def check_endpoint_url(value: object) -> str:
-    """``value`` if it is an ``http://`` or ``https://`` URL with a host."""
-    if isinstance(value, str):
-        parts = urlsplit(value)
-        if parts.scheme in ("http", "https") and parts.hostname:
-            return value
-    raise ValueError(f"endpoint_url must be an http:// or https:// URL, got {_shown(value)}")
+    """``value`` if it is an ``http://`` or ``https://`` URL with a host, a valid port
+    and neither user info, query nor fragment (see :func:`endpoint_url_fault`)."""
+    if not isinstance(value, str):
+        raise ValueError(f"endpoint_url {NOT_HTTP}, got {_shown(value)}")
+    fault = endpoint_url_fault(value)
+    if fault is not None:
+        raise ValueError(f"endpoint_url {fault}, got {_shown(shown_endpoint_url(value))}")
+    return value
+
+
+def endpoint_url_fault(url: str) -> str | None:
+    """Why ``url`` cannot be an S3 endpoint, or ``None``. User info would be sent as
+    HTTP Basic authentication (by an unsigned client too, which promises no
+    Authorization header), and is no S3 credential; botocore refuses a query or a
+    fragment, and a port out of range, only at the first request, quoting the URL
+    whole; whitespace or a control character is dropped or sent as it is."""
+    if any(not char.isprintable() or char.isspace() for char in url):
+        return "must not hold whitespace or control characters"
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018  # raises ValueError for a port out of range
+    except ValueError:
+        return "must have a valid host and port"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return NOT_HTTP
+    if "@" in parts.netloc:
+        return "must not hold a user name or password (keys sign S3 requests)"
+    if parts.query or parts.fragment or url.endswith(("?", "#")):
+        return "must not have a query or a fragment"
+    return None
+
+
+def shown_endpoint_url(url: str) -> str:
+    """``url`` as a message may show it: scheme, host and path (no user info, query or
+    fragment, which may hold a secret; no port when it is not valid)."""
+    parts = urlsplit(url)
+    host = parts.netloc.rpartition("@")[2]
+    return f"{parts.scheme}://{host}{parts.path}" if parts.scheme else host + parts.path
 
 
 def check_region(value: object) -> str:

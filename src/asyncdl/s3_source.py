@@ -198,6 +198,13 @@ class S3Object:
                 error = exc.response.get("Error", {})
                 actual = error.get("ActualObjectSize")
                 headers = exc.response.get("ResponseMetadata", {}).get("HTTPHeaders", {})
+                tag = opaque_tag(headers.get("etag"))
+                # A server that ignores If-Match refuses the range of the version it has
+                # now: a 416 naming another ETag is not the pinned version's size. (S3's
+                # 416 names none, and its 412 comes first.)
+                changed = None if tag is None else self.pin_error(tag, if_match)
+                if changed is not None:
+                    raise changed from exc
                 raise RangeNotSatisfiable(
                     length_or_none(actual), strong_etag(headers.get("etag"))
                 ) from exc

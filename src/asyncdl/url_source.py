@@ -157,6 +157,12 @@ class UrlObject(S3Object):
                 self.counts.gets[OK] += 1
                 self._budget.release_ok()
                 headers = exc.response["ResponseMetadata"]["HTTPHeaders"]
+                # An empty version that names another ETag than the pin is not the
+                # pinned one (a server that ignores If-Match answers for what it has).
+                tag = opaque_tag(headers.get("etag"))
+                changed = None if tag is None else self.pin_error(tag, if_match)
+                if changed is not None:
+                    raise changed from None
                 return ObjectMeta(size=0, etag=strong_etag(headers.get("etag")), headers=headers)
             self._failed(self.counts.gets, exc, epoch)
             raise

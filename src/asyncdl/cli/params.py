@@ -17,6 +17,8 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 import click
 
+from ..client_settings import NOT_HTTP, endpoint_url_fault, shown_endpoint_url
+
 _T = TypeVar("_T")
 
 
@@ -183,10 +185,13 @@ def parse_range(text: str) -> RangeArg:
 
 
 def parse_endpoint_url(text: str) -> str:
-    parts = urlsplit(text)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"{text!r} is not an http:// or https:// URL")
-    return text
+    fault = endpoint_url_fault(text)
+    if fault is None:
+        return text
+    shown = shown_endpoint_url(text)  # never the URL's user info or query
+    if fault == NOT_HTTP:
+        raise ValueError(f"{shown!r} is not an http:// or https:// URL")
+    raise ValueError(f"{shown!r}: the endpoint URL {fault}")
 
 
 def converter(
