@@ -92,7 +92,24 @@ class Response:
     ) -> None:
         self._release: Callable[[], None] | None = release
         codings = transfer_codings(http_headers or {})
-        whole = status == 200 and not content_range
+        parsed = parse_content_range(content_range) if content_range else None
+        if parsed is not None:
+            span = parsed.end - parsed.start
+            if content_length is None:
+                content_length = span
+            elif content_length != span and parsed.total != 0:
+                # Which one is right cannot be told; a body read by either is suspect.
+                # (s3rver's "bytes 0-0/0" of an empty object says a length of 1 that
+                # it never sends: that body is not read.)
+                raise ValueError(
+                    f"Content-Length {content_length} for the {span} bytes of its "
+                    f"Content-Range {content_range!r}"
+                )
+            if status == 200 and parsed.start == 0 and parsed.end == parsed.total:
+                # A 200 that names every byte of the object is the whole object, said
+                # twice (rclone's answer to a range that covers it all).
+                parsed = None
+        whole = status == 200 and parsed is None
         # One parse of ``headers`` per response: a whole-object answer carries the
         # object's checksum; a partial one (a PartNumber GET, or a range that is
         # exactly one part) its upload part's, read whatever the object's type.
@@ -113,21 +130,7 @@ class Response:
         self.etag = strong_etag(etag)
         #: The ETag as sent, weak or not (``W/`` removed): what a pin is compared with.
         self.tag = opaque_tag(etag)
-        self.content_range: ContentRange | None = (
-            parse_content_range(content_range) if content_range else None
-        )
-        if self.content_range is not None:
-            span = self.content_range.end - self.content_range.start
-            if content_length is None:
-                content_length = span
-            elif content_length != span and self.content_range.total != 0:
-                # Which one is right cannot be told; a body read by either is suspect.
-                # (s3rver's "bytes 0-0/0" of an empty object says a length of 1 that
-                # it never sends: that body is not read.)
-                raise ValueError(
-                    f"Content-Length {content_length} for the {span} bytes of its "
-                    f"Content-Range {content_range!r}"
-                )
+        self.content_range: ContentRange | None = parsed
         #: The body's length: Content-Length, else the span of Content-Range, else
         #: ``UNKNOWN_LENGTH`` (a whole object of unknown size: read it to its end).
         self.content_length = UNKNOWN_LENGTH if content_length is None else content_length
