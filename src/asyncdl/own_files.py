@@ -96,3 +96,18 @@ def lines_of(fd: int, *, longest: int, budget: list[int]) -> Iterator[bytes]:
             skipping = False
         if len(rest) > longest:
             rest, skipping = b"", True  # the rest of that line is passed over too
+
+
+def process_umask() -> int:
+    """The process's umask, read without changing it where Linux shows it (changing it
+    is process-wide: a file another thread makes meanwhile would get the wrong mode)."""
+    with (
+        contextlib.suppress(OSError, ValueError, IndexError),
+        open("/proc/self/status", "rb") as status,
+    ):
+        for line in status:
+            if line.startswith(b"Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o077)  # meanwhile, a file made elsewhere is made more private
+    os.umask(mask)
+    return mask

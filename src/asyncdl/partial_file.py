@@ -45,7 +45,7 @@ from typing import Any
 
 from aiofiles.os import wrap
 
-from . import journal
+from . import journal, own_files
 from .checksums import CRC_ALGORITHMS, crc_function
 from .file_writes import CrcOf, crc_of, write_all
 from .held_dirs import HeldDir, at
@@ -386,7 +386,7 @@ class PartialFile(TempFile):
         if self._journal_fd >= 0 and self._fd >= 0 and _mode_of(self._at, self._dir_fd) is None:
             # Made 0o600; published, it gets the mode a new file gets (an existing
             # target's is kept by TempFile).
-            os.fchmod(self._fd, 0o666 & ~_umask())
+            os.fchmod(self._fd, 0o666 & ~own_files.process_umask())
         super()._replace()
         if self._journal_fd >= 0:
             with contextlib.suppress(FileNotFoundError):
@@ -434,21 +434,6 @@ def _crcs_of(blocks: Iterable[bytes], algorithms: list[str]) -> dict[str, int]:
     for block in blocks:
         values = [update(block, value) for update, value in zip(updates, values, strict=True)]
     return dict(zip(algorithms, values, strict=True))
-
-
-def _umask() -> int:
-    """The process's umask, read without changing it where Linux shows it (changing it
-    is process-wide: a file another thread makes meanwhile would get the wrong mode)."""
-    with (
-        contextlib.suppress(OSError, ValueError, IndexError),
-        open("/proc/self/status", "rb") as status,
-    ):
-        for line in status:
-            if line.startswith(b"Umask:"):
-                return int(line.split()[1], 8)
-    mask = os.umask(0o077)  # meanwhile, a file made elsewhere is made more private
-    os.umask(mask)
-    return mask
 
 
 def _datasync(fd: int) -> None:

@@ -303,11 +303,7 @@ async def _request_part(fetch: Fetch, part: Part, *, whole: bool) -> Response:
     obj, etag, size = fetch.obj, fetch.etag, fetch.size
     if whole:
         response = await obj.get(None, if_match=etag)
-        if (
-            response.status != 200
-            or response.content_length != size
-            or response.content_range is not None
-        ):
+        if response.status != 200 or response.content_length != size or response.content_range:
             response.close()
             raise obj.error(
                 f"expected {size} bytes, got HTTP {response.status} with "
