@@ -131,11 +131,11 @@ async def asyncdl_client(plan: dict[str, Any], stack: AsyncExitStack, kind: str)
 
     async def opened(key: str) -> Any:
         if key in known:  # opening sends nothing: the first read's GET is pinned
-            return await stack.enter_async_context(engine.open(bucket, key, **known[key]))
+            return await stack.enter_async_context(engine.open_reader(bucket, key, **known[key]))
         # As a reader of a format with its index at the end opens it: the opening GET
         # brings the last block (1 MiB), the object's size and ETag; every other GET
         # is pinned to that ETag.
-        return await stack.enter_async_context(engine.open(bucket, key, first_block="end"))
+        return await stack.enter_async_context(engine.open_reader(bucket, key, first_block="end"))
 
     if kind == "open":
         return lambda key: file_read(lambda: opened(key))

@@ -81,7 +81,9 @@ async def _read_all(reader: Any) -> bytes:
         return data
 
 
-@pytest.mark.parametrize("call", ["download", "read_ranges", "open", "read_ranges_url", "open_url"])
+@pytest.mark.parametrize(
+    "call", ["download", "read_ranges", "open", "read_ranges_url", "open_reader_url"]
+)
 async def test_a_pinned_range_refused_with_another_etag_is_a_change(
     call: str, tmp_path: Path
 ) -> None:
@@ -97,9 +99,9 @@ async def test_a_pinned_range_refused_with_another_etag_is_a_change(
         calls: dict[str, Callable[[], Awaitable[Any]]] = {
             "download": lambda: engine.download("b", "k", target, etag=pin),
             "read_ranges": lambda: engine.read_ranges("b", "k", [(0, 1)], etag=pin),
-            "open": lambda: _read_all(engine.open("b", "k", etag=pin)),
+            "open": lambda: _read_all(engine.open_reader("b", "k", etag=pin)),
             "read_ranges_url": lambda: engine.read_ranges_url(url, [(0, 1)], etag=pin),
-            "open_url": lambda: _read_all(engine.open_url(url, etag=pin)),
+            "open_reader_url": lambda: _read_all(engine.open_reader_url(url, etag=pin)),
         }
         with pytest.raises(asyncdl.ObjectChangedError, match='"v2"'):
             await calls[call]()

@@ -242,12 +242,12 @@ async def test_open_reads_and_seeks(
     store: Store, compat_bucket: str, store_engine: asyncdl.Engine, size: int
 ) -> None:
     data = put(store, compat_bucket, "obj", size)
-    async with store_engine.open(compat_bucket, "obj") as reader:
+    async with store_engine.open_reader(compat_bucket, "obj") as reader:
         assert await reader.read() == data
         reader.seek(size // 3)
         assert await reader.read(CHUNK) == data[size // 3 : size // 3 + CHUNK]
     # A suffix range first (a Parquet footer's way): rclone answers it with 200 too.
-    async with store_engine.open(compat_bucket, "obj", first_block="end") as reader:
+    async with store_engine.open_reader(compat_bucket, "obj", first_block="end") as reader:
         assert reader.size == size
         reader.seek(-min(size, 10), 2)
         assert await reader.read() == data[-10:]
@@ -287,7 +287,7 @@ async def test_urls(
     assert b"".join([piece async for piece in store_engine.stream_url(url)]) == data
     spans = [(0, 1), (size // 2, size)] if size else []
     assert await store_engine.read_ranges_url(url, spans) == [data[a:b] for a, b in spans]
-    async with store_engine.open_url(url) as reader:
+    async with store_engine.open_reader_url(url) as reader:
         assert await reader.read() == data
 
 
@@ -459,7 +459,7 @@ async def test_stream_ranges_and_reader_of_an_object_overwritten_midway(
 
 
 async def _read_two_blocks_apart(engine: asyncdl.Engine, bucket: str) -> None:
-    async with engine.open(bucket, "obj", block_size=CHUNK) as reader:
+    async with engine.open_reader(bucket, "obj", block_size=CHUNK) as reader:
         await reader.read(10)
         reader.seek(3 * CHUNK)
         await reader.read(10)

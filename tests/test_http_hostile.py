@@ -202,14 +202,14 @@ async def _stall_whole(writer: asyncio.StreamWriter) -> None:
 async def _read_some(engine: asyncdl.Engine, url: str, how: str) -> object:
     if how == "read_ranges_url":
         return await engine.read_ranges_url(url, [(0, 10), (3 * CHUNK, 3 * CHUNK + 10)])
-    if how == "open_url":
-        async with engine.open_url(url) as reader:
+    if how == "open_reader_url":
+        async with engine.open_reader_url(url) as reader:
             return await reader.read(10)
     return await _read_all(engine.stream_url(url))
 
 
 @pytest.mark.parametrize("borrowed", [False, True], ids=["own-client", "borrowed-client"])
-@pytest.mark.parametrize("how", ["read_ranges_url", "open_url", "stream_url"])
+@pytest.mark.parametrize("how", ["read_ranges_url", "open_reader_url", "stream_url"])
 async def test_a_stalled_body_without_length_fails_in_time_and_never_shows_the_query(
     how: str, borrowed: bool, client: object, caplog: pytest.LogCaptureFixture
 ) -> None:

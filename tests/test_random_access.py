@@ -1,4 +1,4 @@
-"""engine.open(bucket, key): the random-access reader and its SyncReader, against moto
+"""engine.open_reader(bucket, key): the random-access reader and its SyncReader, against moto
 through the proxy, counting requests there; a real ZIP and a real Parquet file."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ async def test_open_is_one_get_of_the_first_block_then_reads_are_pinned(
 ) -> None:
     data = payload(20 * BLOCK + 5)
     etag = s3.put_object(Bucket=bucket, Key="k", Body=data)["ETag"]
-    f = await engine.open(bucket, "k", block_size=BLOCK, cache_blocks=8)
+    f = await engine.open_reader(bucket, "k", block_size=BLOCK, cache_blocks=8)
     assert (f.size, f.etag, f.tell()) == (len(data), etag, 0)
     assert [r.range for r in proxy.requests] == [f"bytes=0-{BLOCK - 1}"]
     assert await f.read(10) == data[:10]  # from the cache: no request
@@ -53,7 +53,7 @@ async def test_sequential_reads_fetch_ahead(
 ) -> None:
     data = payload(64 * BLOCK)
     s3.put_object(Bucket=bucket, Key="k", Body=data)
-    async with engine.open(bucket, "k", block_size=BLOCK, cache_blocks=16) as f:
+    async with engine.open_reader(bucket, "k", block_size=BLOCK, cache_blocks=16) as f:
         got = b""
         while piece := await f.read(BLOCK):
             got += piece
@@ -67,7 +67,7 @@ async def test_readinto_and_the_cache_is_bounded(
 ) -> None:
     data = payload(10 * BLOCK)
     s3.put_object(Bucket=bucket, Key="k", Body=data)
-    async with engine.open(bucket, "k", block_size=BLOCK, cache_blocks=2) as f:
+    async with engine.open_reader(bucket, "k", block_size=BLOCK, cache_blocks=2) as f:
         buffer = bytearray(3 * BLOCK)
         f.seek(4 * BLOCK + 1)
         assert await f.readinto(buffer) == 3 * BLOCK  # more blocks than the cache holds
@@ -81,7 +81,7 @@ async def test_an_object_replaced_between_reads_is_object_changed(
     engine: asyncdl.Engine, s3: Any, bucket: str, proxy: TcpProxy
 ) -> None:
     s3.put_object(Bucket=bucket, Key="k", Body=payload(8 * BLOCK, seed=1))
-    async with engine.open(bucket, "k", block_size=BLOCK) as f:
+    async with engine.open_reader(bucket, "k", block_size=BLOCK) as f:
         s3.put_object(Bucket=bucket, Key="k", Body=payload(8 * BLOCK, seed=2))
         f.seek(5 * BLOCK)
         with pytest.raises(asyncdl.ObjectChangedError):
@@ -94,12 +94,12 @@ async def test_small_and_empty_objects(
 ) -> None:
     s3.put_object(Bucket=bucket, Key="small", Body=b"hello")
     s3.put_object(Bucket=bucket, Key="empty", Body=b"")
-    async with engine.open(bucket, "small") as f:
+    async with engine.open_reader(bucket, "small") as f:
         assert (f.size, await f.read(), await f.read()) == (5, b"hello", b"")
-    async with engine.open(bucket, "empty") as f:
+    async with engine.open_reader(bucket, "empty") as f:
         assert (f.size, await f.read()) == (0, b"")
     with pytest.raises(asyncdl.ObjectNotFoundError):
-        await engine.open(bucket, "missing")
+        await engine.open_reader(bucket, "missing")
 
 
 @pytest.mark.parametrize(
@@ -117,13 +117,13 @@ async def test_hostile_arguments_send_nothing(
     engine: asyncdl.Engine, bucket: str, proxy: TcpProxy, kwargs: dict[str, Any], match: str
 ) -> None:
     with pytest.raises(asyncdl.InvalidRequestError, match=match):
-        engine.open(bucket, "k", **kwargs)
+        engine.open_reader(bucket, "k", **kwargs)
     assert proxy.requests == []
 
 
 async def test_hostile_seeks_and_reads(engine: asyncdl.Engine, s3: Any, bucket: str) -> None:
     s3.put_object(Bucket=bucket, Key="k", Body=b"0123456789")
-    async with engine.open(bucket, "k") as f:
+    async with engine.open_reader(bucket, "k") as f:
         for offset, whence in [(-1, 0), (-11, 2), (1.5, 0), (True, 0), (0, 3)]:
             with pytest.raises(ValueError, match=r"offset|whence|seek"):
                 f.seek(offset, whence)  # type: ignore[arg-type]
@@ -134,16 +134,20 @@ async def test_hostile_seeks_and_reads(engine: asyncdl.Engine, s3: Any, bucket: 
         assert await f.read() == b""
 
 
-async def test_engine_open_still_opens_the_engine(client: Any, bucket: str, s3: Any) -> None:
+async def test_engine_open_opens_the_engine_and_open_reader_the_object(
+    client: Any, bucket: str, s3: Any
+) -> None:
     s3.put_object(Bucket=bucket, Key="k", Body=b"abc")
     engine = asyncdl.Engine(client)
-    # What mypy --strict sees (tests are type-checked): the overloads tell them apart.
+    # One meaning per name (mypy --strict checks the tests): open() is the engine's.
     opening = assert_type(engine.open(), Coroutine[Any, Any, None])
     assert asyncio.iscoroutine(opening)
     await opening
-    await engine.open()  # idempotent, as before
+    await engine.open()  # idempotent
     assert engine.client is client
-    reader = engine.open(bucket, "k")
+    with pytest.raises(TypeError):
+        engine.open(bucket, "k")  # type: ignore[call-arg,unused-coroutine]
+    reader = engine.open_reader(bucket, "k")
     assert_type(reader, asyncdl.RandomAccessReader)
     assert_type(await reader, asyncdl.RandomAccessReader)
     try:
@@ -158,17 +162,21 @@ async def test_a_server_without_etags_cannot_pin_a_reader(
     s3.put_object(Bucket=bucket, Key="k", Body=payload(3 * BLOCK))
     proxy.rule = lambda r: Fault(response_headers={"etag": None})
     with pytest.raises(asyncdl.DownloadError, match="no strong ETag"):
-        await engine.open(bucket, "k", block_size=BLOCK)
-    async with engine.open(bucket, "k") as f:  # one block holds it all: nothing to pin
+        await engine.open_reader(bucket, "k", block_size=BLOCK)
+    async with engine.open_reader(bucket, "k") as f:  # one block holds it all: nothing to pin
         assert f.etag is None
         assert len(await f.read()) == 3 * BLOCK
 
 
-async def test_open_url(engine: asyncdl.Engine, s3: Any, bucket: str, proxy: TcpProxy) -> None:
+async def test_open_reader_url(
+    engine: asyncdl.Engine, s3: Any, bucket: str, proxy: TcpProxy
+) -> None:
     data = payload(5 * BLOCK)
     etag = s3.put_object(Bucket=bucket, Key="k", Body=data)["ETag"]
     url = s3.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": "k"})
-    async with engine.open_url(url.replace(s3.meta.endpoint_url, proxy.url), block_size=BLOCK) as f:
+    async with engine.open_reader_url(
+        url.replace(s3.meta.endpoint_url, proxy.url), block_size=BLOCK
+    ) as f:
         f.seek(3 * BLOCK)
         assert await f.read(5) == data[3 * BLOCK : 3 * BLOCK + 5]
     assert proxy.requests[-1].headers.get("if-match") == etag
@@ -193,7 +201,7 @@ async def test_readers_dropped_unclosed_leak_nothing(
     s3.put_object(Bucket=bucket, Key="k", Body=data)
     async with asyncio.timeout(20):  # a leaked slot hangs: fail instead
         for _ in range(3 * BUDGET):
-            f = await small_engine.open(bucket, "k", block_size=BLOCK)
+            f = await small_engine.open_reader(bucket, "k", block_size=BLOCK)
             f.seek(2 * CHUNK)
             await f.read(10)
             del f
@@ -208,7 +216,7 @@ async def test_a_read_cancelled_midway_leaks_no_slot(
 ) -> None:
     data = payload(8 * CHUNK)
     s3.put_object(Bucket=bucket, Key="k", Body=data)
-    f = await small_engine.open(bucket, "k", block_size=CHUNK)
+    f = await small_engine.open_reader(bucket, "k", block_size=CHUNK)
     proxy.rule = lambda r: Fault(cut_after=100, stall=30)  # every body stalls
     f.seek(4 * CHUNK)
     read = asyncio.create_task(f.read(3 * CHUNK))
@@ -235,7 +243,7 @@ async def test_a_zip_member_through_zipfile_in_a_worker_thread(
             z.writestr(name, body)
     blob = archive.getvalue()  # about 1.2 MiB
     s3.put_object(Bucket=bucket, Key="a.zip", Body=blob)
-    async with engine.open(bucket, "a.zip", block_size=64 * KiB) as f:
+    async with engine.open_reader(bucket, "a.zip", block_size=64 * KiB) as f:
         raw = f.sync()
 
         def member() -> bytes:
@@ -273,7 +281,7 @@ async def test_a_parquet_footer_and_one_column_chunk(
     column = meta.row_group(0).column(3)
     start = column.dictionary_page_offset or column.data_page_offset
     length = column.total_compressed_size
-    async with engine.open(bucket, "t.parquet", block_size=64 * KiB) as f:
+    async with engine.open_reader(bucket, "t.parquet", block_size=64 * KiB) as f:
         # The footer: its length and magic in the last 8 bytes, the metadata before.
         f.seek(-8, 2)
         tail = await f.read(8)
@@ -292,7 +300,7 @@ async def test_a_parquet_footer_and_one_column_chunk(
     assert len(gets(proxy)) == 3
     assert all(r.headers.get("if-match") for r in gets(proxy)[1:])
     # And pyarrow itself reads the column through the sync adapter.
-    async with engine.open(bucket, "t.parquet", block_size=64 * KiB) as f:
+    async with engine.open_reader(bucket, "t.parquet", block_size=64 * KiB) as f:
         raw = f.sync()
         read = await asyncio.to_thread(lambda: pq.read_table(raw, columns=["c3"]))
     assert read.column("c3").to_pylist() == table.column("c3").to_pylist()
@@ -303,7 +311,7 @@ async def test_sync_reader_in_a_thread_reads_as_a_file(
 ) -> None:
     data = payload(5 * BLOCK)
     s3.put_object(Bucket=bucket, Key="k", Body=data)
-    async with engine.open(bucket, "k", block_size=BLOCK) as f:
+    async with engine.open_reader(bucket, "k", block_size=BLOCK) as f:
         raw = f.sync()
 
         def use() -> list[Any]:

@@ -33,7 +33,7 @@ def test_a_sync_reader_whose_loop_stopped_raises_instead_of_hanging(
         client = await held["client"].__aenter__()
         held["engine"] = engine = asyncdl.Engine(client, config=config)
         await engine.open()
-        held["sync"] = (await engine.open(bucket, "k", block_size=BLOCK)).sync()
+        held["sync"] = (await engine.open_reader(bucket, "k", block_size=BLOCK)).sync()
 
     async def close() -> None:
         await held["engine"].aclose()
@@ -69,7 +69,7 @@ async def test_a_read_leaves_no_slot_marker_in_the_callers_task(
     # counted, and their throttles obeyed, as the engine's.
     s3.put_object(Bucket=bucket, Key="k", Body=payload(10 * BLOCK))
     assert SLOT.get() is None
-    f = await engine.open(bucket, "k", block_size=BLOCK)
+    f = await engine.open_reader(bucket, "k", block_size=BLOCK)
     assert SLOT.get() is None
     assert await f.read_at(8 * BLOCK, 5)
     assert SLOT.get() is None
@@ -82,7 +82,7 @@ async def test_a_reader_of_a_closed_engine_sends_nothing(
     async with make_client(proxy.url) as client:
         engine = asyncdl.Engine(client, config=config)
         await engine.open()
-        f = await engine.open(bucket, "k", block_size=BLOCK)
+        f = await engine.open_reader(bucket, "k", block_size=BLOCK)
         await engine.aclose()
         sent = len(proxy.requests)
         with pytest.raises(RuntimeError, match="Engine is closed"):
@@ -90,20 +90,22 @@ async def test_a_reader_of_a_closed_engine_sends_nothing(
         assert len(proxy.requests) == sent
 
 
-async def test_open_takes_a_bucket_and_a_key_or_neither(engine: asyncdl.Engine) -> None:
-    with pytest.raises(TypeError, match="a bucket and a key, or neither"):
-        engine.open("my-bucket")  # type: ignore[call-overload]
-    with pytest.raises(TypeError, match="a bucket and a key, or neither"):
-        engine.open(key="k")  # type: ignore[call-overload]
-    with pytest.raises(TypeError, match="go with a bucket and a key"):
-        engine.open(block_size=5)  # type: ignore[call-overload]
+async def test_open_reader_takes_a_bucket_and_a_key(engine: asyncdl.Engine) -> None:
+    with pytest.raises(TypeError, match="key"):
+        engine.open_reader("my-bucket")  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="bucket"):
+        engine.open_reader(key="k")  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="bucket"):
+        engine.open_reader(block_size=5)  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        engine.open("my-bucket", "k")  # type: ignore[call-arg,unused-coroutine]
 
 
 async def test_seek_refuses_what_a_file_refuses(
     engine: asyncdl.Engine, s3: Any, bucket: str
 ) -> None:
     s3.put_object(Bucket=bucket, Key="k", Body=payload(10 * BLOCK))
-    f = await engine.open(bucket, "k", block_size=BLOCK)
+    f = await engine.open_reader(bucket, "k", block_size=BLOCK)
     f.seek(5)
     for whence in (True, 1.0):
         with pytest.raises(asyncdl.InvalidRequestError, match="whence"):
@@ -122,7 +124,7 @@ async def test_closing_while_a_read_is_in_flight_leaves_nothing_cached(
     engine: asyncdl.Engine, s3: Any, bucket: str, proxy: TcpProxy
 ) -> None:
     s3.put_object(Bucket=bucket, Key="k", Body=payload(10 * BLOCK))
-    f = await engine.open(bucket, "k", block_size=BLOCK)
+    f = await engine.open_reader(bucket, "k", block_size=BLOCK)
     proxy.rule = lambda r: None
     read = asyncio.create_task(f.read_at(6 * BLOCK, 10))
     await asyncio.sleep(0)  # the read has taken the lock and sent its GET
@@ -153,7 +155,9 @@ def test_a_sync_read_whose_loop_ends_under_it_raises_runtime_error(
             make_client(proxy.url) as client,
             asyncdl.Engine(client, config=config) as engine,
         ):
-            reader = await engine.open(bucket, "k", size=10 * BLOCK, etag='"x"', block_size=BLOCK)
+            reader = await engine.open_reader(
+                bucket, "k", size=10 * BLOCK, etag='"x"', block_size=BLOCK
+            )
             proxy.rule = lambda r: Fault(delay=5.0)
             worker = threading.Thread(target=read, args=(reader.sync(),), daemon=True)
             worker.start()
@@ -177,7 +181,7 @@ async def test_numpy_offsets_and_counts_are_taken_as_ints(
     """As ``read_ranges`` takes them: a reader's offsets often come out of an array."""
     body = payload(10 * BLOCK)
     s3.put_object(Bucket=bucket, Key="k", Body=body)
-    f = await engine.open(bucket, "k", block_size=BLOCK)
+    f = await engine.open_reader(bucket, "k", block_size=BLOCK)
     assert f.seek(np.int64(3)) == 3
     assert type(f.tell()) is int
     assert await f.read(np.int32(5)) == body[3:8]

@@ -56,7 +56,7 @@ async def test_a_reader_opened_on_a_416_naming_a_size_fails(
     s3.put_object(Bucket=bucket, Key="k", Body=payload(8 * BLOCK))
     proxy.rule = lambda r: answer_416(8 * BLOCK)
     with pytest.raises(asyncdl.DownloadError, match="416"):
-        await engine.open(bucket, "k", block_size=BLOCK, first_block=first_block)  # type: ignore[call-overload]
+        await engine.open_reader(bucket, "k", block_size=BLOCK, first_block=first_block)  # type: ignore[arg-type]
 
 
 async def test_a_416_naming_size_0_is_an_empty_object(
@@ -64,7 +64,7 @@ async def test_a_416_naming_size_0_is_an_empty_object(
 ) -> None:
     s3.put_object(Bucket=bucket, Key="k", Body=b"")
     proxy.rule = lambda r: answer_416(0)
-    async with engine.open(bucket, "k", block_size=BLOCK, first_block="end") as f:
+    async with engine.open_reader(bucket, "k", block_size=BLOCK, first_block="end") as f:
         assert (f.size, await f.read()) == (0, b"")
 
 
@@ -72,7 +72,7 @@ async def test_a_pinned_get_answered_416_is_object_changed(
     engine: asyncdl.Engine, s3: Any, bucket: str, proxy: TcpProxy
 ) -> None:
     s3.put_object(Bucket=bucket, Key="k", Body=payload(8 * BLOCK))
-    async with engine.open(bucket, "k", block_size=BLOCK) as f:
+    async with engine.open_reader(bucket, "k", block_size=BLOCK) as f:
         proxy.rule = lambda r: answer_416(2 * BLOCK)
         with pytest.raises(asyncdl.ObjectChangedError):
             await f.read_at(6 * BLOCK, 10)
@@ -90,7 +90,7 @@ async def test_a_total_past_any_file_is_refused(
     }
     proxy.rule = lambda r: Fault(reply=(206, headers, data[:BLOCK]))
     with pytest.raises(asyncdl.DownloadError):
-        await engine.open(bucket, "k", block_size=BLOCK, first_block="end")
+        await engine.open_reader(bucket, "k", block_size=BLOCK, first_block="end")
 
 
 async def test_two_tasks_reading_one_reader_get_consecutive_bytes(
@@ -98,7 +98,7 @@ async def test_two_tasks_reading_one_reader_get_consecutive_bytes(
 ) -> None:
     data = payload(64 * BLOCK)
     s3.put_object(Bucket=bucket, Key="k", Body=data)
-    async with engine.open(bucket, "k", block_size=BLOCK) as f:
+    async with engine.open_reader(bucket, "k", block_size=BLOCK) as f:
         f.seek(10 * BLOCK)
         a, b = await asyncio.gather(f.read(100), f.read(100))
         assert sorted([a, b]) == sorted(
@@ -112,7 +112,7 @@ async def test_two_threads_reading_one_sync_reader_read_each_byte_once(
 ) -> None:
     data = payload(64 * BLOCK)
     s3.put_object(Bucket=bucket, Key="k", Body=data)
-    async with engine.open(bucket, "k", block_size=BLOCK) as f:
+    async with engine.open_reader(bucket, "k", block_size=BLOCK) as f:
         raw = f.sync()
 
         def drain() -> list[bytes]:
@@ -133,7 +133,7 @@ async def test_etags_that_cannot_pin_are_refused_before_anything_is_sent(
     with pytest.raises(asyncdl.InvalidRequestError, match="weak"):
         await engine.read_ranges(bucket, "k", [(0, 4)], size=len(data), etag=f"W/{etag}")
     with pytest.raises(asyncdl.InvalidRequestError, match="weak"):
-        engine.open(bucket, "k", size=len(data), etag=f"W/{etag}")
+        engine.open_reader(bucket, "k", size=len(data), etag=f"W/{etag}")
     for bad in (f"{etag}\r\nX-Evil: 1", '"a\x00b"', '"a b"', '"caf\u00e9\u2603"'):
         with pytest.raises(asyncdl.InvalidRequestError, match="etag"):
             await engine.read_ranges(bucket, "k", [(0, 4)], etag=bad)
@@ -147,7 +147,7 @@ async def test_reader_arguments_that_would_cost_an_object_per_byte_are_refused(
 ) -> None:
     for block_size in (1, 7, 4095):
         with pytest.raises(asyncdl.InvalidRequestError, match="block_size"):
-            engine.open(bucket, "k", block_size=block_size)
+            engine.open_reader(bucket, "k", block_size=block_size)
 
     class Anything(str):
         def __eq__(self, other: object) -> bool:
@@ -156,7 +156,7 @@ async def test_reader_arguments_that_would_cost_an_object_per_byte_are_refused(
         __hash__ = str.__hash__
 
     with pytest.raises(asyncdl.InvalidRequestError, match="first_block"):
-        engine.open(bucket, "k", first_block=Anything("x"))  # type: ignore[call-overload]
+        engine.open_reader(bucket, "k", first_block=Anything("x"))  # type: ignore[arg-type]
     assert proxy.requests == []
 
 
@@ -165,7 +165,7 @@ async def test_readinto_a_read_only_buffer_moves_nothing(
 ) -> None:
     data = payload(4 * BLOCK)
     s3.put_object(Bucket=bucket, Key="k", Body=data)
-    async with engine.open(bucket, "k", block_size=BLOCK) as f:
+    async with engine.open_reader(bucket, "k", block_size=BLOCK) as f:
         with pytest.raises(TypeError):
             await f.readinto(b"0123456789")
         assert f.tell() == 0
@@ -179,7 +179,7 @@ async def test_a_small_object_from_a_server_that_ignores_range_opens(
     s3.put_object(Bucket=bucket, Key="k", Body=data)
     proxy.rule = lambda r: Fault(headers={"range": None})
     for first_block in ("start", "end"):
-        async with engine.open(bucket, "k", block_size=BLOCK, first_block=first_block) as f:
+        async with engine.open_reader(bucket, "k", block_size=BLOCK, first_block=first_block) as f:
             f.seek(-10, 2)
             assert await f.read() == data[-10:]
             assert await f.read_ranges([(0, 5)]) == [data[:5]]

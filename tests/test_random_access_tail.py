@@ -26,7 +26,7 @@ async def test_opened_at_the_end_the_tail_and_what_is_before_it_need_no_get(
 ) -> None:
     data = payload(20 * BLOCK + 5)
     etag = s3.put_object(Bucket=bucket, Key="k", Body=data)["ETag"]
-    f = await engine.open(bucket, "k", block_size=BLOCK, first_block="end")
+    f = await engine.open_reader(bucket, "k", block_size=BLOCK, first_block="end")
     assert (f.size, f.etag) == (len(data), etag)
     assert [r.range for r in proxy.requests] == [f"bytes=-{BLOCK}"]
     f.seek(-8, 2)
@@ -46,7 +46,7 @@ async def test_opened_at_the_end_small_objects(
 ) -> None:
     data = payload(size)
     s3.put_object(Bucket=bucket, Key="k", Body=data)
-    async with engine.open(bucket, "k", block_size=BLOCK, first_block="end") as f:
+    async with engine.open_reader(bucket, "k", block_size=BLOCK, first_block="end") as f:
         assert f.size == size
         f.seek(max(size - BLOCK, 0))
         assert await f.read() == data[max(size - BLOCK, 0) :]
@@ -61,14 +61,14 @@ async def test_a_listings_size_and_etag_open_with_no_request(
 ) -> None:
     data = payload(10 * BLOCK)
     etag = s3.put_object(Bucket=bucket, Key="k", Body=data)["ETag"]
-    async with engine.open(bucket, "k", block_size=BLOCK, size=len(data), etag=etag) as f:
+    async with engine.open_reader(bucket, "k", block_size=BLOCK, size=len(data), etag=etag) as f:
         assert (f.size, f.etag) == (len(data), etag)
         assert proxy.requests == []
         f.seek(-3, 2)
         assert await f.read() == data[-3:]
     assert [r.headers.get("if-match") for r in proxy.requests] == [etag]
     # A bare ETag, as some listings print it, is the quoted one.
-    async with engine.open(bucket, "k", size=len(data), etag=etag.strip('"')) as f:
+    async with engine.open_reader(bucket, "k", size=len(data), etag=etag.strip('"')) as f:
         assert f.etag == etag
         assert await f.read(4) == data[:4]
 
@@ -78,17 +78,17 @@ async def test_a_stale_listing_is_object_changed_at_the_first_read(
 ) -> None:
     old = s3.put_object(Bucket=bucket, Key="k", Body=payload(10 * BLOCK))["ETag"]
     s3.put_object(Bucket=bucket, Key="k", Body=payload(10 * BLOCK, seed=2))
-    async with engine.open(bucket, "k", block_size=BLOCK, size=10 * BLOCK, etag=old) as f:
+    async with engine.open_reader(bucket, "k", block_size=BLOCK, size=10 * BLOCK, etag=old) as f:
         with pytest.raises(asyncdl.ObjectChangedError):
             await f.read(4)
     # The right ETag with the wrong size: the answer's Content-Range says otherwise.
     new = s3.head_object(Bucket=bucket, Key="k")["ETag"]
-    async with engine.open(bucket, "k", block_size=BLOCK, size=11 * BLOCK, etag=new) as f:
+    async with engine.open_reader(bucket, "k", block_size=BLOCK, size=11 * BLOCK, etag=new) as f:
         with pytest.raises(asyncdl.DownloadError):
             await f.read(4)
     # Only a size, which the opening GET contradicts.
     with pytest.raises(asyncdl.ObjectChangedError, match="not the 3 given"):
-        await engine.open(bucket, "k", block_size=BLOCK, size=3, first_block="end")
+        await engine.open_reader(bucket, "k", block_size=BLOCK, size=3, first_block="end")
 
 
 async def test_read_ranges_takes_cached_ranges_and_pins_the_rest(
@@ -96,7 +96,7 @@ async def test_read_ranges_takes_cached_ranges_and_pins_the_rest(
 ) -> None:
     data = payload(100 * BLOCK)
     etag = s3.put_object(Bucket=bucket, Key="k", Body=data)["ETag"]
-    async with engine.open(bucket, "k", block_size=BLOCK, first_block="end") as f:
+    async with engine.open_reader(bucket, "k", block_size=BLOCK, first_block="end") as f:
         f.seek(123)
         size = len(data)
         cached = await f.read_ranges([(size - 8, size), (size - 100, size - 8)])
@@ -123,7 +123,7 @@ async def test_read_ranges_of_an_object_replaced_after_opening_is_object_changed
     engine: asyncdl.Engine, s3: Any, bucket: str
 ) -> None:
     s3.put_object(Bucket=bucket, Key="k", Body=payload(10 * BLOCK))
-    async with engine.open(bucket, "k", block_size=BLOCK, first_block="end") as f:
+    async with engine.open_reader(bucket, "k", block_size=BLOCK, first_block="end") as f:
         s3.put_object(Bucket=bucket, Key="k", Body=payload(10 * BLOCK, seed=3))
         with pytest.raises(asyncdl.ObjectChangedError):
             await f.read_ranges([(0, 10), (5 * BLOCK, 5 * BLOCK + 10)])
@@ -135,13 +135,13 @@ async def test_bad_reader_options_send_nothing(
 ) -> None:
     for bad in ("tail", None, 1):
         with pytest.raises(asyncdl.InvalidRequestError, match="first_block"):
-            engine.open(bucket, "k", first_block=bad)  # type: ignore[call-overload]
+            engine.open_reader(bucket, "k", first_block=bad)  # type: ignore[arg-type]
     hostile: list[tuple[Any, Any]] = [(-1, None), (True, None), (None, ""), (None, 5)]
     for size, etag in hostile:
         with pytest.raises(asyncdl.InvalidRequestError):
-            engine.open(bucket, "k", size=size, etag=etag)
-    with pytest.raises(TypeError, match="go with a bucket and a key"):
-        engine.open(first_block="end")  # type: ignore[call-overload]
+            engine.open_reader(bucket, "k", size=size, etag=etag)
+    with pytest.raises(TypeError, match="bucket"):
+        engine.open_reader(first_block="end")  # type: ignore[call-arg]
     assert proxy.requests == []
 
 
@@ -156,7 +156,7 @@ async def test_pyarrow_reads_a_column_in_two_gets_when_opened_at_the_end(
     etag = s3.put_object(Bucket=bucket, Key="t.parquet", Body=blob)["ETag"]
     async with (
         asyncdl.Engine(client) as engine,  # the default config: GETs of up to 8 MiB
-        engine.open(bucket, "t.parquet", block_size=64 * KiB, first_block="end") as f,
+        engine.open_reader(bucket, "t.parquet", block_size=64 * KiB, first_block="end") as f,
     ):
         raw = f.sync()
         read = await asyncio.to_thread(lambda: pq.read_table(raw, columns=["c3"]))
@@ -183,7 +183,7 @@ async def test_a_server_that_misreads_a_suffix_range_costs_one_more_get(
     }
     wrong = Fault(reply=(206, headers, data[: BLOCK + 1]))
     proxy.rule = lambda r: wrong if r.range == f"bytes=-{BLOCK}" else None
-    async with engine.open(bucket, "k", block_size=BLOCK, first_block="end") as f:
+    async with engine.open_reader(bucket, "k", block_size=BLOCK, first_block="end") as f:
         assert (f.size, f.etag) == (len(data), etag)
         f.seek(-BLOCK, 2)
         assert await f.read() == data[-BLOCK:]
@@ -216,4 +216,4 @@ async def test_hostile_answers_to_a_suffix_range_are_errors(
     proxy.rule = lambda r: Fault(reply=(status, headers, data[:10]))
     async with asyncio.timeout(10):
         with pytest.raises(asyncdl.DownloadError):
-            await engine.open(bucket, "k", block_size=BLOCK, first_block="end")
+            await engine.open_reader(bucket, "k", block_size=BLOCK, first_block="end")

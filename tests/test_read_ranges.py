@@ -387,7 +387,7 @@ async def test_an_empty_object_answered_with_a_zero_total(
     async with asyncio.timeout(10):
         with pytest.raises(asyncdl.InvalidRequestError, match="past the end of the 0-byte"):
             await engine.read_ranges(bucket, "empty", [(0, 1)])
-        async with engine.open(bucket, "empty") as f:
+        async with engine.open_reader(bucket, "empty") as f:
             assert (f.size, await f.read()) == (0, b"")
 
 

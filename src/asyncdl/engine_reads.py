@@ -6,8 +6,7 @@ module that does the work (``range_reads``, ``random_access``)."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Coroutine, Iterable
-from typing import Any, overload
+from collections.abc import Iterable
 
 from . import range_reads
 from .adaptive import own_slots
@@ -30,12 +29,12 @@ class MemoryReads:
     async def _open(self) -> None:  # pragma: no cover - the engine's own replaces it
         raise NotImplementedError
 
-    @overload
-    def open(self) -> Coroutine[Any, Any, None]:
-        """Open the engine."""
+    async def open(self) -> None:
+        """Open the engine (create the client if it owns one), as ``async with`` does:
+        for a service that opens it at start-up and calls :meth:`aclose` at shutdown."""
+        await self._open()
 
-    @overload
-    def open(
+    def open_reader(
         self,
         bucket: str,
         key: str,
@@ -47,24 +46,9 @@ class MemoryReads:
         etag: str | None = None,
         first_block: FirstBlock = "start",
     ) -> RandomAccessReader:
-        """Open the object for reading at any offset."""
-
-    def open(
-        self,
-        bucket: str | None = None,
-        key: str | None = None,
-        *,
-        block_size: int | None = None,
-        cache_blocks: int | None = None,
-        extra_args: ExtraArgs | None = None,
-        size: int | None = None,
-        etag: str | None = None,
-        first_block: FirstBlock = "start",
-    ) -> Coroutine[Any, Any, None] | RandomAccessReader:
-        """``await engine.open()``: open the engine (create the client if it owns one),
-        as ``async with`` does. ``engine.open(bucket, key)``: the object as a file to
-        read at any offset, a :class:`RandomAccessReader`, used as
-        ``async with engine.open(bucket, key) as f:`` or ``f = await engine.open(...)``.
+        """The object as a file to read at any offset, a :class:`RandomAccessReader`,
+        used as ``async with engine.open_reader(bucket, key) as f:`` or
+        ``f = await engine.open_reader(...)``.
 
         Opening sends one GET (no HEAD), which brings ``size`` and ``etag``; every
         later GET is pinned to that ETag. It asks for the first block, or with
@@ -78,13 +62,6 @@ class MemoryReads:
         as for :meth:`download`. The guide *Random access* shows it with ``zipfile``
         and ``pyarrow``.
         """
-        if bucket is None and key is None:
-            given = (block_size, cache_blocks, extra_args, size, etag, first_block)
-            if given != (None, None, None, None, None, "start"):
-                raise TypeError("open(): the reader's options go with a bucket and a key")
-            return self._open()
-        if bucket is None or key is None:
-            raise TypeError("open() takes a bucket and a key, or neither (to open the engine)")
         return RandomAccessReader(
             self._context,
             bucket,
@@ -211,7 +188,7 @@ class MemoryReads:
             url=url,
         )
 
-    def open_url(
+    def open_reader_url(
         self,
         url: str,
         *,
@@ -221,8 +198,8 @@ class MemoryReads:
         etag: str | None = None,
         first_block: FirstBlock = "start",
     ) -> RandomAccessReader:
-        """What ``url`` serves as a file to read at any offset, as :meth:`open` gives an
-        object (see :meth:`download_url` for what a URL download does and shows)."""
+        """What ``url`` serves as a file to read at any offset, as :meth:`open_reader`
+        gives an object (see :meth:`download_url` for what a URL download does and shows)."""
         return RandomAccessReader(
             self._context,
             "",

@@ -1,4 +1,4 @@
-"""An object as a file to read at any offset: the async reader ``Engine.open`` gives,
+"""An object as a file to read at any offset: the async reader ``Engine.open_reader`` gives,
 and its synchronous face for a worker thread.
 
 Opening sends one GET, of the first block or (``first_block="end"``, a suffix
@@ -65,20 +65,20 @@ def _bounds(answer: Response) -> tuple[int, int]:
 
 
 class RandomAccessReader:
-    """An object opened for reading at any offset (:meth:`~asyncdl.Engine.open`):
+    """An object opened for reading at any offset (:meth:`~asyncdl.Engine.open_reader`):
     ``await read(n)``, ``await readinto(buffer)``, ``seek``, ``tell``, as a binary file.
 
     ```python
     import asyncdl
 
     async with asyncdl.Engine() as engine:
-        async with engine.open("my-bucket", "archives/logs.zip") as f:
+        async with engine.open_reader("my-bucket", "archives/logs.zip") as f:
             f.seek(-22, 2)  # the ZIP's end of central directory record
             record = await f.read(22)
     assert record.startswith(b"PK")
     ```
 
-    ``await engine.open(...)`` opens it too (one GET, of the first block); ``size``
+    ``await engine.open_reader(...)`` opens it too (one GET, of the first block); ``size``
     and ``etag`` are known once it is open. Every GET is pinned to ``etag``: an
     object replaced meanwhile raises :class:`~asyncdl.ObjectChangedError`. It holds
     no slot of the engine's budget between reads; :meth:`aclose` drops the cache.
