@@ -36,7 +36,7 @@ from botocore.exceptions import (
 )
 
 from .adaptive import Budget
-from .body_reader import SpoolTo
+from .body_reader import SpoolTo, read_error_body
 from .errors import InvalidRequestError
 from .lean_send import Route
 from .lean_send import send as send_on
@@ -236,8 +236,7 @@ class UrlObject(S3Object):
             raise failure
         if raw.status < 300:
             return raw
-        body = await raw.content.read(MAX_ERROR_BODY)
-        raw.release()
+        body = await read_error_body(raw, self.spool_to.read_timeout, MAX_ERROR_BODY)
         lowered = {name.lower(): value for name, value in raw.headers.items()}
         raise ClientError(self._kept(error_response(raw.status, lowered, body)), "GetObject")
 
