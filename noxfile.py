@@ -91,6 +91,37 @@ def tests_uvloop(session: nox.Session) -> None:
     )
 
 
+#: What ``tests_pure_parser`` runs: the tests of URLs and of hostile servers, whose
+#: answers aiohttp's two parsers read differently (a broken framing, an echoed request).
+PURE_PARSER_TESTS = [
+    "tests/test_url*.py",
+    "tests/test_http_*.py",
+    "tests/test_random_access_hostile.py",
+    "tests/test_sync_hostile.py",
+]
+
+
+@nox.session
+def tests_pure_parser(session: nox.Session) -> None:
+    """The URL and hostile-server tests (``PURE_PARSER_TESTS``) under aiohttp's
+    pure-Python parser (``AIOHTTP_NO_EXTENSIONS=1``), which a platform without its C
+    extension runs. The variable is read when aiohttp is first imported, so it is set
+    for the whole pytest process."""
+    session.install("-e", ".[tests]")
+    env = {"AIOHTTP_NO_EXTENSIONS": "1"}
+    # Fails when aiohttp ignored the variable: the run would try the C parser again.
+    session.run(
+        "python",
+        "-c",
+        "import aiohttp.client_proto as p; assert p.HttpResponseParser.__module__ == "
+        "'aiohttp.http_parser', p.HttpResponseParser",
+        env=env,
+    )
+    root = Path(__file__).parent
+    found = {path.relative_to(root) for pattern in PURE_PARSER_TESTS for path in root.glob(pattern)}
+    session.run("pytest", *(session.posargs or sorted(map(str, found))), env=env)
+
+
 @nox.session
 def lint(session: nox.Session) -> None:
     """ruff (lint and format check) and mypy --strict."""

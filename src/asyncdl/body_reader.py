@@ -34,9 +34,11 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 import aiohttp
+from aiohttp.http_exceptions import HttpProcessingError
+from botocore.exceptions import ResponseStreamingError
 
 from .bandwidth import TokenBucket
-from .errors import RetryableError
+from .errors import RetryableError, describe
 from .progress import Reporter
 
 
@@ -106,6 +108,10 @@ def _read_at_most(response: aiohttp.ClientResponse, size: int) -> None:
             transport.max_size = size
 
 
+#: A body that broke: aiohttp's parser found its framing wrong (the pure-Python parser
+#: raises that as it is; the C one as a payload error), or its connection was cut.
+_BROKEN_BODY = (HttpProcessingError, aiohttp.ClientPayloadError, ResponseStreamingError)
+
 #: Seconds a stall watch's timer may fire after its time and still judge: later, the
 #: loop was held up, and it looks again this much later (see ``BodyReader._check``).
 _LATE = 0.1
@@ -157,17 +163,28 @@ class BodyReader:
             self._timer = None
 
     async def read(self) -> bytes:
-        """The next piece; ``b""`` at the end of the body."""
+        """The next piece; ``b""`` at the end of the body. A body that breaks (its
+        framing, or its connection) raises ``RetryableError``, its text scrubbed: the
+        parser's own error quotes the bytes it could not parse, which a peer that
+        echoes the request fills with the request line and its headers."""
         stream = self._stream
-        if stream is None:
-            data = await self._read_other()
-        else:
-            while True:
-                data, end_of_http_chunk = await stream.readchunk()
-                self._last = self._loop.time()
-                # (b"", True) marks the end of a chunk of a chunked body, (b"", False) the end.
-                if data or not end_of_http_chunk:
-                    break
+        broken: Exception | None = None
+        try:
+            if stream is None:
+                data = await self._read_other()
+            else:
+                while True:
+                    data, end_of_http_chunk = await stream.readchunk()
+                    self._last = self._loop.time()
+                    # (b"", True) ends a chunk of a chunked body, (b"", False) the body.
+                    if data or not end_of_http_chunk:
+                        break
+        except _BROKEN_BODY as exc:
+            broken = RetryableError(f"the body broke off: {describe(exc)}")
+        if broken is not None:
+            # Raised out here, so not even as a context: the parser's error holds the
+            # bytes it quotes.
+            raise broken
         if self._bandwidth is not None and data:
             await self._take(len(data))
         return data
@@ -213,6 +230,37 @@ class BodyReader:
             self._stream.set_exception(RetryableError(f"no bytes for {self._timeout:g}s"))
             return
         self._watch(due)
+
+
+async def read_error_body(raw: Any, read_timeout: float, most: int) -> bytes:
+    """Up to ``most`` bytes of an error answer's body (an open aiohttp answer), each read
+    under ``read_timeout``; the answer is released when its body was read to its end,
+    else closed (its connection is in an unknown state).
+
+    The status is the answer: a body that stalls, breaks its framing (a chunk-size line
+    that is not one, which aiohttp's C parser never reports to a waiting read) or is
+    cut gives what came of it before, ``b""`` at worst, never a hang. A read here waits
+    on nothing but the socket, so a timeout may cancel it (no write is in flight)."""
+    pieces: list[bytes] = []
+    held = 0
+    ended = False
+    try:
+        while held < most:
+            async with asyncio.timeout(read_timeout):
+                piece: bytes = await raw.content.read(most - held)
+            if not piece:
+                ended = True
+                break
+            pieces.append(piece)
+            held += len(piece)
+    except (TimeoutError, aiohttp.ClientError, HttpProcessingError, OSError):
+        pass  # what came is kept: the status says what the server meant
+    finally:
+        if ended:
+            raw.release()
+        else:
+            raw.close()
+    return b"".join(pieces)
 
 
 #: Bytes gathered before each write of a spooled body.

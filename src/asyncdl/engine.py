@@ -101,7 +101,9 @@ class Engine(MemoryReads):
         signed = None
         if self.config.lean_get:
             verifies = self.config.validate != "off"
-            signed = SignedGets.for_client(self._client, verifies=verifies)
+            signed = SignedGets.for_client(
+                self._client, verifies=verifies, read_timeout=self.config.read_timeout
+            )
         budget = Budget(self.config.max_concurrency, adaptive=self.config.adaptive)
         ctx = Context(self._client, self.config, budget, signed)
         if not self._owns_client:

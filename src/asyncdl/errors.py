@@ -2,16 +2,85 @@
 
 Every failure of a download surfaces as a :class:`DownloadError` (or a subclass)
 carrying ``bucket`` and ``key``; botocore and aiohttp exceptions stay behind
-``__cause__``.
+``__cause__``. A message built from an exception's text is scrubbed (:func:`scrubbed`):
+a peer's words can hold anything it was sent (an echoing server quotes the request
+line, a presigned URL's query, or a request header), so URLs lose their query, a
+query or a credential field is hidden, and the text is cut to a bounded length.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
+from aiohttp.http_exceptions import HttpProcessingError
 from botocore import exceptions as botocore_errors
+
+#: What is shown for a URL that cannot be read as one.
+UNREADABLE_URL = "<url>"
+#: Anything in a message that may be a URL (up to a quote, a space or a bracket).
+_URL_IN_TEXT = re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://[^\s'\"<>()\[\]{}]*")
+#: A query in a message (of a request line a peer sent back): ``?`` then ``name=``.
+_QUERY_IN_TEXT = re.compile(r"\?[^\s'\"<>?=]*=[^\s'\"<>]*")
+#: A request header that carries a credential, as a peer may quote it back.
+_SECRET_FIELD = re.compile(
+    r"(?i)\b(authorization|proxy-authorization|cookie|x-amz-security-token"
+    r"|x-amz-server-side-encryption-customer-key)\s*:[^\r\n]*"
+)
+#: A query parameter or an ``Authorization`` field that carries a credential.
+_SECRET_PARAM = re.compile(
+    r"(?i)\b(x-amz-signature|x-amz-credential|x-amz-security-token|signature|credential"
+    r"|awsaccesskeyid)=[^&\s'\"<>,]*"
+)
+#: The most of an exception's own text a message shows.
+MOST_SHOWN = 300
+
+
+def shown_url(url: object) -> str:
+    """``url`` as it may be shown: scheme, host, port and path only (the query of a
+    presigned URL is its credential)."""
+    if not isinstance(url, str):
+        return UNREADABLE_URL
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = parts.port
+    except ValueError:
+        return UNREADABLE_URL
+    if ":" in host:
+        host = f"[{host}]"  # an IPv6 literal
+    netloc = host if port is None else f"{host}:{port}"
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def scrub_urls(text: str) -> str:
+    """``text`` with each URL in it as :func:`shown_url` shows it (no query, fragment
+    or user info)."""
+    return _URL_IN_TEXT.sub(lambda found: shown_url(found.group()), text)
+
+
+def scrubbed(text: str, most: int = MOST_SHOWN) -> str:
+    """``text`` (an exception's, a peer's) as a message may show it: each URL without
+    its query, fragment or login; any other query (``?name=...``) as ``?<query>``; the
+    value of a credential's header or parameter (``Authorization:``,
+    ``X-Amz-Security-Token``, ``Signature=``...) hidden; on one line, and cut to
+    ``most`` characters."""
+    text = scrub_urls(text)
+    text = _QUERY_IN_TEXT.sub("?<query>", text)
+    text = _SECRET_FIELD.sub(lambda found: f"{found.group(1)}: <hidden>", text)
+    text = _SECRET_PARAM.sub(lambda found: f"{found.group(1)}=<hidden>", text)
+    text = " ".join(text.split())
+    return text if len(text) <= most else text[: most - 3] + "..."
+
+
+def describe(exc: BaseException) -> str:
+    """``exc`` as a message or a log line may show it: its type, and its text
+    :func:`scrubbed`."""
+    text = scrubbed(str(exc))
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def source_name(bucket: str, key: str) -> str:
@@ -108,6 +177,9 @@ _TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (
     botocore_errors.IncompleteReadError,
     aiohttp.ClientPayloadError,
     aiohttp.ClientConnectionError,
+    # A body whose framing broke mid-way (a chunk-size line that is not one: a peer
+    # echoing the request, a cut in the wrong place): retried as a cut connection.
+    HttpProcessingError,
     ConnectionError,
     asyncio.TimeoutError,
 )
@@ -144,10 +216,6 @@ class RangeNotSatisfiable(Exception):
         self.etag = etag
 
 
-#: The most of a transport failure's own text a message shows.
-_MOST_CAUSE = 300
-
-
 def translate(exc: BaseException, *, bucket: str, key: str, attempts: int = 1) -> DownloadError:
     """Map any failure of a request to the :class:`DownloadError` a user can act on."""
     if isinstance(exc, DownloadError):
@@ -156,7 +224,8 @@ def translate(exc: BaseException, *, bucket: str, key: str, attempts: int = 1) -
     tried = f" after {attempts} attempts" if attempts > 1 else ""
     if isinstance(exc, botocore_errors.ClientError):
         status, code = client_error_status(exc)
-        message = exc.response.get("Error", {}).get("Message") or code
+        message = scrubbed(str(exc.response.get("Error", {}).get("Message") or code))
+        code = scrubbed(code, 100)
         if status == 404:
             if code == "NoSuchBucket" and bucket:
                 return ObjectNotFoundError(f"bucket {bucket!r} does not exist ({code})", **where)
@@ -175,21 +244,24 @@ def translate(exc: BaseException, *, bucket: str, key: str, attempts: int = 1) -
         exc, botocore_errors.NoCredentialsError | botocore_errors.PartialCredentialsError
     ):
         return AccessDeniedError(
-            f"no AWS credentials found ({exc}); set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY "
+            f"no AWS credentials found ({scrubbed(str(exc))}); set "
+            "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY "
             "or a profile",
             **where,
         )
     if isinstance(exc, botocore_errors.FlexibleChecksumError):
         return ChecksumError(
-            f"botocore's checksum check failed: {exc}", bucket=bucket, key=key, mismatch=True
+            f"botocore's checksum check failed: {scrubbed(str(exc))}",
+            bucket=bucket,
+            key=key,
+            mismatch=True,
         )
     if isinstance(exc, botocore_errors.ParamValidationError):
-        return InvalidRequestError(f"invalid request parameters: {exc}", **where)
+        return InvalidRequestError(f"invalid request parameters: {scrubbed(str(exc))}", **where)
     if isinstance(exc, (RetryableError, *_TRANSPORT_ERRORS)):
-        cause = str(exc) or type(exc).__name__
-        if len(cause) > _MOST_CAUSE:  # aiohttp quotes what it could not parse: any bytes
-            cause = cause[: _MOST_CAUSE - 3] + "..."
+        # aiohttp quotes what it could not parse: any bytes, a request a peer echoed.
+        cause = scrubbed(str(exc)) or type(exc).__name__
         return DownloadError(f"transfer failed{tried}: {cause}", **where)
     if isinstance(exc, OSError):
-        return DownloadError(f"local file error: {exc}", **where)
-    return DownloadError(f"unexpected error {type(exc).__name__}: {exc}", **where)
+        return DownloadError(f"local file error: {scrubbed(str(exc))}", **where)
+    return DownloadError(f"unexpected error {describe(exc)}", **where)

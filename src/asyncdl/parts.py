@@ -22,7 +22,7 @@ from .errors import ChecksumError, ObjectChangedError, RetryableError, translate
 from .progress import Reporter
 from .ranges import ByteRange, plan_ranges
 from .retry import after_failure
-from .s3_source import Response, S3Object
+from .s3_source import UNKNOWN_LENGTH, Response, S3Object
 from .verify import Verifier
 
 #: Bytes the requests of one engine gather for writing, all together: what the
@@ -88,6 +88,12 @@ class Part:
     #: The CRC this part feeds, the verifier's when its first byte comes (then fixed:
     #: ``None``, computed later from the file if a CRC checksum turns up).
     crc_fn: Callable[[bytes, Any], Any] | None = None
+    #: Only these bytes are wanted of an answer that may go on past ``end`` (one that
+    #: ignored Range, or a 206 longer than asked): reading stops at ``end``, and the
+    #: rest is never read (the answer is closed). Of a whole answer of unknown length
+    #: (``Fetch.size`` is ``UNKNOWN_LENGTH``) that ends first, ``end`` becomes where
+    #: it ended: the object's size.
+    prefix: bool = False
 
     def __post_init__(self) -> None:
         if self.pos < 0:
@@ -316,18 +322,18 @@ async def _request_part(fetch: Fetch, part: Part, *, whole: bool) -> Response:
     if (
         response.status == 200
         and content_range is None
-        and part.start == 0
-        and part.end == size
+        and ((part.start == 0 and part.end == size) or part.prefix)
         and response.content_length == size
     ):
-        # A server that ignores Range answers a resumed whole-object part with the
-        # whole object again: _drain reads past the bytes already written.
+        # A server that ignores Range answers a resumed whole-object part (or a prefix
+        # of the object) with the whole object again: _drain skips the bytes already
+        # written, and stops where the part does.
         return response
     if (
         response.status != 206
         or content_range is None
         or content_range.start != part.pos
-        or content_range.end > part.end
+        or (content_range.end > part.end and not part.prefix)
         or content_range.total != size
     ):
         response.close()
@@ -352,9 +358,15 @@ async def _drain(fetch: Fetch, response: Response, part: Part) -> None:
     obj, config = fetch.obj, fetch.ctx.config
     if response.content_range is not None:
         body_start, limit = response.content_range.start, response.content_range.end
-    else:  # a whole-object answer
+    else:  # a whole-object answer (of unknown length: UNKNOWN_LENGTH)
         body_start, limit = 0, response.content_length
-    if limit > part.end:
+    unknown = limit == UNKNOWN_LENGTH
+    # Reading stops at the part's end when the answer goes on past it (a long 206, the
+    # whole object): what it holds past the part is never read (the answer is closed).
+    cut = part.prefix and (unknown or limit > part.end)
+    if cut:
+        limit = part.end
+    elif limit > part.end:
         raise obj.error(f"server sent bytes up to {limit}, past the expected end {part.end}")
     target = write_target(config)
     flush_at = 1 if fetch.each_piece else target
@@ -365,9 +377,11 @@ async def _drain(fetch: Fetch, response: Response, part: Part) -> None:
         writes = _Writes(fetch, part, reader, report=not spooled)
         skip = part.pos - body_start  # > 0: the whole object sent again, partly on disk
         try:
-            while chunk := await reader.read():
+            while (not cut or part.pos + writes.size < limit) and (chunk := await reader.read()):
                 if skip > 0:
                     skip, chunk = skip - len(chunk), chunk[skip:]
+                if cut:
+                    chunk = chunk[: limit - part.pos - writes.size]  # a copy at the end only
                 writes.add(chunk, limit)
                 if writes.size >= flush_at:
                     del chunk  # held by the write only: it is freed when written
@@ -378,11 +392,16 @@ async def _drain(fetch: Fetch, response: Response, part: Part) -> None:
             # Bytes that came before the break (those aiohttp held too) are good: kept.
             for held in held_after_failure(response.body):
                 skip, piece = skip - len(held), held[max(skip, 0) :]
+                if cut:
+                    piece = piece[: limit - part.pos - writes.size]
                 writes.add(piece, limit)
             await writes.flush()
             raise
         await writes.flush()
-    if part.pos != limit:
+    if cut and unknown and part.pos < limit:
+        # The whole object, of a length it did not say, ended here: it is that long.
+        part.end = part.pos
+    elif part.pos != limit:
         # aiobotocore checks Content-Length at EOF; this guards a body without one (a
         # close-delimited 206 cut by its close): a cut, resumed from where it ended.
         raise RetryableError(f"body ended at byte {part.pos}, expected {limit}")

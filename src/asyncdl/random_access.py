@@ -16,7 +16,9 @@ unclosed leaks no slot, no connection.
 
 A server that sends no strong ETag (none, or a weak one) cannot have later reads
 pinned: opening such an object larger than one block fails rather than risk a
-mixture. A server that ignores Range cannot serve blocks: opening fails too.
+mixture. A server that ignores Range cannot serve blocks: opening fails too, before
+any of its body is read. An answer longer than the block asked is read only as far as
+the block.
 
 :meth:`RandomAccessReader.sync` gives the reader as a blocking file for a worker
 thread (``sync_reader``).
@@ -37,7 +39,7 @@ from .get_response import UNKNOWN_LENGTH, Response
 from .parts import Fetch, Part, fetch_part
 from .progress import Reporter
 from .range_plan import Span, as_offset, coalesce
-from .range_reads import SpanSink, answered_end, fetch_spans, first_get, read_object_ranges
+from .range_reads import SpanSink, fetch_spans, first_get, read_object_ranges
 from .ranges import ByteRange, LastBytes
 from .request_args import ExtraArgs, check_size_and_etag
 from .sync_reader import SyncReader
@@ -99,6 +101,9 @@ class RandomAccessReader:
         url: str | None = None,
     ) -> None:
         self._obj = ctx.object_for(bucket, key, extra_args, url)
+        # An answer of unknown length is refused as it comes (it ignored Range), not
+        # spooled to learn a size first.
+        self._obj.unknown_length_ok = True
         bucket, key = self._obj.bucket, self._obj.key
         self._given = check_size_and_etag(size, etag, bucket=bucket, key=key, pins=True)
         chosen: object = first_block  # a caller's: a str subclass may claim to equal both
@@ -333,7 +338,8 @@ class RandomAccessReader:
         end = min(start + block, size)
         sink = SpanSink([Span(start, end)])
         fetch = Fetch(ctx, obj, sink, etag, size, Verifier("off", None), Reporter(None))
-        await fetch_part(fetch, Part(start, size if whole else answered_end(first)), first)
+        # The block only: an answer longer than asked is not read on.
+        await fetch_part(fetch, Part(start, end, prefix=True), first)
         self._first = (start, sink.cut(start, end))
         index = (size - 1) // block if self._from_end else 0
         self._keep(index, sink.cut(index * block, min((index + 1) * block, size)))

@@ -16,7 +16,11 @@ the last one's end brings every range, its bytes between them read and dropped:
 one answer is one version; when that GET would read and drop more than
 ``UNPINNED_EXTRA_CHUNKS`` chunks between the ranges, ``DownloadError`` instead. A
 server that ignores Range answers the first GET with the whole object: every range
-is cut from that body as it passes.
+is cut from that body as it passes, and it is read only as far as the last range
+ends, then closed (of a body of unknown length too: it is never spooled to learn its
+size; one that ends before the ranges do says the size, and the ranges past it are
+refused). An answer longer than asked (a 206 past the piece) is read only as far as
+the piece.
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ from .range_plan import (
 from .ranges import ByteRange, LastBytes
 from .request_args import ExtraArgs, check_size_and_etag
 from .retry import with_retries
-from .s3_source import RangeNotSatisfiable, Response, S3Object
+from .s3_source import UNKNOWN_LENGTH, RangeNotSatisfiable, Response, S3Object
 from .transfer import first_failure
 from .verify import Verifier
 
@@ -131,6 +135,9 @@ async def read_ranges(
 ) -> list[bytes]:
     """The bytes of each ``(start, end)`` of ``ranges``, in the caller's order."""
     obj = ctx.object_for(bucket, key, extra_args, url)
+    # A whole answer of unknown length is read only as far as the ranges go, never
+    # spooled to learn its size (see ``fetch_spans``).
+    obj.unknown_length_ok = True
     known_size, known_etag = check_size_and_etag(
         size, etag, bucket=obj.bucket, key=obj.key, pins=True
     )
@@ -197,14 +204,20 @@ async def fetch_spans(
             # range of 2**62 bytes must not be cut into pieces before it is refused.
             piece = next(spans[0].pieces(max_request))
             first, size, etag = await first_get(ctx, obj, piece, size=size, etag=etag)
-            check_within(asked, size, bucket=obj.bucket, key=obj.key)
+            if size != UNKNOWN_LENGTH:
+                check_within(asked, size, bucket=obj.bucket, key=obj.key)
         pieces = [piece for span in spans for piece in span.pieces(max_request)]
         sink = SpanSink(spans)
         fetch = Fetch(ctx, obj, sink, etag, size, Verifier("off", None), Reporter(None))
         if first is not None:
             opened, first = first, None
             if opened.content_range is None:  # the whole object: every range is in it
-                await fetch_part(fetch, Part(0, size), opened)
+                # Read only as far as the last range ends; of a body of unknown length
+                # that ends first, the part ends where it did: the object's size.
+                part = Part(spans[0].start, spans[-1].end, prefix=True)
+                await fetch_part(fetch, part, opened)
+                if part.end < spans[-1].end:
+                    check_within(asked, part.end, bucket=obj.bucket, key=obj.key)
                 return sink
             if etag is None and len(pieces) > 1:
                 # Nothing pins the other GETs to the first answer's version: one GET
@@ -220,7 +233,9 @@ async def fetch_spans(
                 # when cancelled would never close it).
                 if rest:
                     tasks.create_task(fetch_ranges(fetch, None, 0, 0, rest))
-                await fetch_part(fetch, Part(pieces[0].start, answered_end(opened)), opened)
+                # Cut where the piece ends: an answer longer than asked is not read on.
+                first_part = Part(pieces[0].start, pieces[0].end, prefix=True)
+                await fetch_part(fetch, first_part, opened)
             return sink
         await fetch_ranges(fetch, None, 0, 0, [(p.start, p.end) for p in pieces])
         return sink
@@ -256,7 +271,8 @@ async def first_get(
     etag: str | None,
 ) -> tuple[Response | None, int, str | None]:
     """The first GET, retried as a stream's is: its answer, the object's size and the
-    ETag the others are pinned to (``etag`` itself when the caller gave one). A 416
+    ETag the others are pinned to (``etag`` itself when the caller gave one); the size
+    is ``UNKNOWN_LENGTH`` for a whole answer that says none (a chunked 200). A 416
     that names the object's size is that size, with no answer: ``piece`` starts at or
     past the end, which the caller's check of its ranges then says."""
 
@@ -317,18 +333,11 @@ async def first_get(
         if response is not None:
             response.close()
         raise obj.error(f"the server says the object is {found} bytes, more than any can be")
-    if size is not None and found != size:
+    if size is not None and found not in (size, UNKNOWN_LENGTH):
         if response is not None:
             response.close()
         raise obj.error(f"object is {found} bytes, not the {size} given", ObjectChangedError)
     return response, found, etag or (response.etag if response is not None else None)
-
-
-def answered_end(answer: Response) -> int:
-    """Where a ranged answer's body ends (past the piece asked for, when the server sent
-    more: the sink drops what no span wants)."""
-    assert answer.content_range is not None
-    return answer.content_range.end
 
 
 def _size_in(obj: S3Object, answer: Response, piece: ByteRange | LastBytes) -> int:
@@ -351,8 +360,9 @@ def _size_in(obj: S3Object, answer: Response, piece: ByteRange | LastBytes) -> i
         answer.status == 206
         and content_range is not None
         and content_range.start == piece.start
-        # Short of the piece only where the object ends; longer is read and cut
-        # (s3rver answers "bytes=0-0" with the whole object, as streams found).
+        # Short of the piece only where the object ends; longer is cut where the piece
+        # ends, unread (s3rver answers "bytes=0-0" with the whole object, as streams
+        # found).
         and (content_range.end >= piece.end or content_range.end == content_range.total)
     ):
         return content_range.total

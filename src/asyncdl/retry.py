@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from .config import TransferConfig
-from .errors import is_retryable, source_name, translate
+from .errors import describe, is_retryable, source_name, translate
 from .stats import Counters
 
 logger = logging.getLogger("asyncdl")
@@ -84,7 +84,3 @@ async def with_retries(
             failures = await after_failure(
                 config, exc, failures, bucket=bucket, key=key, what=what, counters=counters
             )
-
-
-def describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

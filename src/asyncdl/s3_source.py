@@ -60,7 +60,8 @@ class S3Object:
     #: What a GET does with a whole-object answer of unknown length (no Content-Length,
     #: a chunked body): ``False`` reads it to its end first (see ``Response.read_whole``)
     #: so that its size is known, as a download needs; a stream, which reads to the end
-    #: anyway, sets ``True`` and takes it as it is.
+    #: anyway, and a range read, which reads only the prefix it needs (or refuses the
+    #: answer), set ``True`` and take it as it is.
     unknown_length_ok = False
     #: Whether an answer's body was ended only by its connection's close (see
     #: ``UNANNOUNCED_LENGTH``): nothing said it was whole.

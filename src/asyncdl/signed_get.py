@@ -50,6 +50,7 @@ from xml.etree import ElementTree
 
 from botocore.exceptions import ClientError
 
+from .body_reader import read_error_body
 from .lean_send import Route, route_for
 from .lean_send import send as send_on
 from .request_args import ExtraArgs
@@ -83,6 +84,8 @@ _SECRET_HEADERS = frozenset({"x-amz-server-side-encryption-customer-key"})
 _MAX_CACHED = 256
 #: What is read of an error answer's body (S3's XML error is far smaller).
 MAX_ERROR_BODY = 64 * 1024
+#: botocore's own read timeout, for a :class:`SignedGets` not given the engine's.
+_BOTOCORE_READ_TIMEOUT = 60.0
 #: (bucket, operation, the arguments as sorted items): what one template serves.
 _CacheKey = tuple[str, str, tuple[tuple[str, str | bytes], ...]]
 #: The operations with a lean path, and the HTTP method each sends.
@@ -187,8 +190,13 @@ class SignedGets:
     """Per-client cache of templates, and the sender. ``None`` from :func:`for_client`
     when the client is not one this path can serve exactly."""
 
-    def __init__(self, client: Any, *, verifies: bool = True) -> None:
+    def __init__(
+        self, client: Any, *, verifies: bool = True, read_timeout: float = _BOTOCORE_READ_TIMEOUT
+    ) -> None:
         self.verifies = verifies
+        #: Seconds an error answer's body may go without a byte (the engine's
+        #: ``read_timeout``): it is read here, not by a body reader with a stall watch.
+        self.read_timeout = read_timeout
         self._client = client
         self._session: AIOHTTPSession = client._endpoint.http_session
         self._credentials: Any = client._request_signer._credentials
@@ -200,7 +208,9 @@ class SignedGets:
         self._unserved: set[str] = set()
 
     @classmethod
-    def for_client(cls, client: Any, *, verifies: bool = True) -> SignedGets | None:
+    def for_client(
+        cls, client: Any, *, verifies: bool = True, read_timeout: float = _BOTOCORE_READ_TIMEOUT
+    ) -> SignedGets | None:
         try:
             config = client.meta.config
             session = client._endpoint.http_session
@@ -215,7 +225,7 @@ class SignedGets:
 
         if not isinstance(session, AIOHTTPSession):
             return None
-        return cls(client, verifies=verifies)
+        return cls(client, verifies=verifies, read_timeout=read_timeout)
 
     async def template(
         self, bucket: str, extra_args: ExtraArgs, operation: str = "GetObject"
@@ -345,8 +355,7 @@ class SignedGets:
                 raw.release()
                 return RawResponse(status, response_headers, None)
             return RawResponse(status, response_headers, streaming_body(raw, response_headers))
-        raw_body = await raw.content.read(MAX_ERROR_BODY)
-        raw.release()
+        raw_body = await read_error_body(raw, self.read_timeout, MAX_ERROR_BODY)
         if status < 400 or (status == 400 and b"Region" in raw_body):
             raise Fallback(f"HTTP {status}: let botocore handle redirects")
         lowered = {name.lower(): value for name, value in response_headers.items()}

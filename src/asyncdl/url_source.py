@@ -24,7 +24,7 @@ import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import aiohttp
 from botocore.exceptions import (
@@ -36,8 +36,8 @@ from botocore.exceptions import (
 )
 
 from .adaptive import Budget
-from .body_reader import SpoolTo
-from .errors import InvalidRequestError
+from .body_reader import SpoolTo, read_error_body
+from .errors import UNREADABLE_URL, InvalidRequestError, scrub_urls, scrubbed, shown_url
 from .get_response import opaque_tag
 from .lean_send import Route
 from .lean_send import send as send_on
@@ -52,37 +52,10 @@ from .signed_get import (
 )
 from .stats import OK, Counters
 
-#: What a result or an error names when the URL itself could not be read.
-_UNREADABLE = "<url>"
-#: Anything in a message that may be a URL (up to a quote, a space or a bracket).
-_URL_IN_TEXT = re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://[^\s'\"<>()\[\]{}]*")
 #: A query in a message (of a request target a peer sent back, say).
 _QUERY_IN_TEXT = re.compile(r"\?[^\s'\"<>]*")
 #: What is kept of a server's own words in a message (a malformed answer's).
 _MAX_SHOWN = 200
-
-
-def shown_url(url: object) -> str:
-    """``url`` as it may be shown: scheme, host, port and path only (the query of a
-    presigned URL is its credential)."""
-    if not isinstance(url, str):
-        return _UNREADABLE
-    try:
-        parts = urlsplit(url)
-        host = parts.hostname or ""
-        port = parts.port
-    except ValueError:
-        return _UNREADABLE
-    if ":" in host:
-        host = f"[{host}]"  # an IPv6 literal
-    netloc = host if port is None else f"{host}:{port}"
-    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
-
-
-def scrub_urls(text: str) -> str:
-    """``text`` with each URL in it as :func:`shown_url` shows it (no query, fragment
-    or user info)."""
-    return _URL_IN_TEXT.sub(lambda found: shown_url(found.group()), text)
 
 
 def check_url(url: object) -> str:
@@ -108,7 +81,7 @@ def check_url(url: object) -> str:
             bucket="",
             key=shown,
         )
-    if shown == _UNREADABLE or not urlsplit(shown).hostname:
+    if shown == UNREADABLE_URL or not urlsplit(shown).hostname:
         raise InvalidRequestError("url has no valid host", bucket="", key=shown)
     return shown
 
@@ -269,8 +242,7 @@ class UrlObject(S3Object):
             raise failure
         if raw.status < 300:
             return raw
-        body = await raw.content.read(MAX_ERROR_BODY)
-        raw.release()
+        body = await read_error_body(raw, self.spool_to.read_timeout, MAX_ERROR_BODY)
         lowered = {name.lower(): value for name, value in raw.headers.items()}
         raise ClientError(self._kept(error_response(raw.status, lowered, body)), "GetObject")
 
@@ -311,7 +283,7 @@ class UrlObject(S3Object):
         for secret, shown in self._secrets:
             if secret:
                 message = message.replace(secret, shown)
-        message = scrub_urls(message)
+        message = scrubbed(message)
         if isinstance(exc, SSLError):
             return _ScrubbedSSL(message=message)
         return _Scrubbed(message=message)
@@ -331,9 +303,19 @@ class _ScrubbedSSL(SSLError):  # type: ignore[misc]  # botocore is untyped
 
 def _reason(error: aiohttp.ClientResponseError) -> str:
     """What aiohttp found wrong with an answer, without the bytes it quotes after it: a
-    peer that echoes the request sends back its target, whose query is a credential."""
-    reason = " ".join(str(error.message).split("\n\n", 1)[0].split()).rstrip(":")
-    reason = _QUERY_IN_TEXT.sub("?<query>", scrub_urls(reason))
+    peer that echoes the request sends back its target, whose query is a credential.
+    aiohttp's pure-Python parser wraps a failure of its own (``int()`` of a 5000-digit
+    Content-Length) in errors without text: then the text of the one they wrap."""
+    said = str(error.message)
+    cause = error.__cause__
+    for _ in range(3):  # aiohttp's error, its parser's, and what the parser met
+        if said.strip() or cause is None:
+            break
+        text = str(getattr(cause, "message", cause))
+        said = f"{type(cause).__name__}: {text}" if text.strip() else ""
+        cause = cause.__cause__
+    reason = " ".join(said.split("\n\n", 1)[0].split()).rstrip(":")
+    reason = _QUERY_IN_TEXT.sub("?<query>", scrubbed(reason, 10 * _MAX_SHOWN))
     return reason[:_MAX_SHOWN] + "..." if len(reason) > _MAX_SHOWN else reason
 
 
