@@ -16,7 +16,8 @@ path of another directory synced from the same prefix is not (nor a sidecar copi
 along with its files: the two backends agree). The inode, not the device as well: an
 NFS export that each host mounts as a device of its own is one directory to all of
 them. A record without these fields (written by an older asyncdl) vouches for
-nothing: its file is fetched again (and recorded anew), never deleted.
+nothing: its file is fetched again (and recorded anew), never deleted. Nor does a
+record on a file another user owns, who may rewrite it and set its mtime back.
 
 The record is kept in the user xattr ``user.asyncdl.etag`` where the file system
 allows it, else in a sidecar under ``dest_dir/.asyncdl-etags/``. The sidecar is one
@@ -98,9 +99,12 @@ class Record:
     def vouches_for(self, st: os.stat_result, path: str, root: int | None) -> bool:
         """Whether the file at ``path`` (relative to the store's directory, whose
         inode number is ``root``), as ``st`` sees it, is the file this record was made
-        for, unchanged."""
+        for, unchanged, and this user's: the owner of a file may change its bytes and set
+        its mtime back at will, so a co-user's file in a shared directory (a record
+        planted on it, or one this user's run made there) vouches for nothing."""
         return (
-            self.path == path
+            owned(st)
+            and self.path == path
             and self.root is not None
             and self.root == root
             and self.bucket is not None
@@ -341,6 +345,12 @@ def is_own_name(name: str) -> bool:
     # NFC, then case folding (which also folds U+017F, long s, to "s", as NTFS does).
     folded = unicodedata.normalize("NFC", name).casefold()
     return is_asyncdl_file(folded) or folded in (SIDECAR_DIR, RUN_JOURNAL_DIR, SYNC_LOCK)
+
+
+def owned(st: os.stat_result) -> bool:
+    """Whether this process's user owns the file ``st`` describes (where users own files)."""
+    geteuid = getattr(os, "geteuid", None)
+    return geteuid is None or st.st_uid == geteuid()
 
 
 def _loads(raw: bytes) -> object:

@@ -17,8 +17,11 @@ are made, renamed and written relative to its directory's descriptor
 (:class:`HeldDir`), never by a path walked again, so a directory swapped for a link
 after the decision leads nowhere. Where Linux can open a link itself (``O_PATH``),
 the link checked is the link followed (its text is read from that descriptor);
-elsewhere it is looked at before and after, and one replaced meanwhile is looked
-at again.
+elsewhere it is looked at before and after (its inode and change time, which a
+rename away and back changes), and one replaced meanwhile is looked at again. A
+followed link's text is walked the same way, one name at a time: a link met there
+(``latest -> v2``, ``v2`` another user's link) is followed only if it may be, as if
+met by its own name, and a loop ends after 40 links, as the kernel's does.
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ _O_PATH = getattr(os, "O_PATH", None)
 _NOT_A_PLAIN_DIR = frozenset({errno.ELOOP, errno.EMLINK, errno.ENOTDIR})
 #: Times a name that keeps changing under the walk is looked at.
 _TRIES = 8
+#: Links followed in one walk at most, as Linux's path lookup (``MAXSYMLINKS``).
+_MAX_LINKS = 40
 #: Whether directories can be held and named in here (not on Windows: the downloads
 #: there go by paths, their directories made by ``os.makedirs``).
 # (os.replace takes its directories where os.rename does.)
@@ -91,10 +96,11 @@ def open_below(top: HeldDir, parts: Sequence[str], *, create: bool) -> HeldDir:
         return top
     fd, path = top.fd, Path(top.path)
     opened = -1
+    links = [_MAX_LINKS]
     try:
         for name in parts:
             path = path / name
-            inner = _step(fd, name, path, create=create)
+            inner = _step(fd, name, path, create=create, links=links)
             if opened >= 0:
                 os.close(opened)
             fd = opened = inner
@@ -105,9 +111,10 @@ def open_below(top: HeldDir, parts: Sequence[str], *, create: bool) -> HeldDir:
     return HeldDir(opened, str(path))
 
 
-def _step(fd: int, name: str, path: Path, *, create: bool) -> int:
+def _step(fd: int, name: str, path: Path, *, create: bool, links: list[int] | None = None) -> int:
     """The directory ``name`` in ``fd``, opened: a plain one, or what a link that may be
-    followed leads to."""
+    followed leads to. ``links``: how many more links may be followed on the way (one
+    list for a whole walk, as the kernel counts them: a loop ends)."""
     for _ in range(_TRIES):
         try:
             return os.open(name, _DIR_NOFOLLOW, dir_fd=fd)
@@ -120,15 +127,18 @@ def _step(fd: int, name: str, path: Path, *, create: bool) -> int:
         except OSError as exc:
             if exc.errno not in _NOT_A_PLAIN_DIR:
                 raise
-        inner = _through_link(fd, name, path)
+        inner = _through_link(fd, name, path, [_MAX_LINKS] if links is None else links)
         if inner is not None:
             return inner
     raise OSError(errno.EAGAIN, "it keeps changing", str(path))
 
 
-def _through_link(fd: int, name: str, path: Path) -> int | None:
+def _through_link(fd: int, name: str, path: Path, links: list[int]) -> int | None:
     """What the link ``name`` in ``fd`` leads to, opened, if it may be followed;
     ``None`` when the name changed meanwhile (to be looked at again)."""
+    links[0] -= 1
+    if links[0] < 0:
+        raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), str(path))
     if _O_PATH is not None:
         try:
             link_fd = os.open(name, _O_PATH | os.O_NOFOLLOW | _CLOEXEC, dir_fd=fd)
@@ -144,7 +154,7 @@ def _through_link(fd: int, name: str, path: Path) -> int | None:
             text = os.readlink("", dir_fd=link_fd)
         finally:
             os.close(link_fd)
-        return os.open(text, _DIR, dir_fd=fd)
+        return _follow(fd, text, path, links)
     try:
         st = os.stat(name, dir_fd=fd, follow_symlinks=False)
     except FileNotFoundError:
@@ -158,9 +168,40 @@ def _through_link(fd: int, name: str, path: Path) -> int | None:
         again = os.stat(name, dir_fd=fd, follow_symlinks=False)
     except FileNotFoundError:
         return None
-    if (again.st_dev, again.st_ino, again.st_uid) != (st.st_dev, st.st_ino, st.st_uid):
+    # Its change time too: a link renamed away (another one read meanwhile) and back
+    # is the same inode, but a rename changes it.
+    if _seen(again) != _seen(st):
         return None
-    return os.open(text, _DIR, dir_fd=fd)
+    return _follow(fd, text, path, links)
+
+
+def _follow(fd: int, text: str, path: Path, links: list[int]) -> int:
+    """The directory a followed link's ``text`` names (relative to ``fd``, the link's
+    directory), opened one name at a time under the same rule: a link met on the way
+    (``latest -> v2``, where ``v2`` is another user's link) is followed only if it may
+    be, as if it had been met by its own name."""
+    absolute = text.startswith("/")
+    where = Path("/") if absolute else path.parent
+    current = os.open("/", _DIR) if absolute else os.dup(fd)
+    try:
+        for name in text.split("/"):
+            if name in ("", "."):
+                continue
+            where = where / name
+            if name == "..":
+                inner = os.open("..", _DIR, dir_fd=current)  # a directory's parent: no link
+            else:
+                inner = _step(current, name, where, create=False, links=links)
+            os.close(current)
+            current = inner
+    except BaseException:
+        os.close(current)
+        raise
+    return current
+
+
+def _seen(st: os.stat_result) -> tuple[int, int, int, int]:
+    return st.st_dev, st.st_ino, st.st_uid, st.st_ctime_ns
 
 
 def _not_a_link(st: os.stat_result, path: Path) -> None:

@@ -252,11 +252,12 @@ class PartialFile(TempFile):
             # A full disk (ENOSPC), a size limit (EFBIG): the partial holds no byte yet
             # and its journal only the header, but ext4 keeps the blocks a failed
             # preallocation got. Both go, as a temp file does, so that the objects
-            # after this one find the space; the journal while still locked.
+            # after this one find the space; the journal while still locked. From the
+            # directory they were made in: the path may name another by now.
             os.close(fd)
             for made in self.files:
                 with contextlib.suppress(FileNotFoundError):
-                    os.unlink(made)
+                    os.unlink(at(made, held), dir_fd=held)
             raise
         return fd
 

@@ -201,11 +201,22 @@ def remove_unheld(
     trust, but whose names it publishes by (``busy()`` is raised then). Its lock is
     held while the names go, and only if the name still holds the file locked (another
     download may have made its own journal there since: then nothing is removed, and
-    the caller looks again)."""
+    the caller looks again). :class:`Unusable` when it holds a file this user may not
+    open: its lock cannot be tried, so nothing is removed."""
     try:
         fd = os.open(at(path, dir_fd), _READ_FLAGS, dir_fd=dir_fd)
+    except PermissionError as exc:
+        # Another user's file this user may not read: its lock cannot be tried, and a
+        # download of theirs may hold it, stalled past any age. Left alone.
+        raise Unusable(
+            exc.errno,
+            "asyncdl keeps a resumable download's journal at this name, and it holds "
+            "another user's file this user may not read (their download may be running); "
+            "move it away, or download without resume (--no-resume)",
+            str(path),
+        ) from None
     except OSError:
-        # A link, a directory, a file we may not read: no lock to see.
+        # A link, a directory, a FIFO's or socket's name: no lock to see.
         if partial is not None:
             remove_name(partial, dir_fd)
         remove_name(path, dir_fd)

@@ -9,7 +9,9 @@ the moment it makes the file until it renames it), whatever its age: a download 
 bytes stall for minutes in its retries keeps its file. It is busy too while it changed
 in the last :data:`TEMP_QUIET` seconds: a writer of an older asyncdl took no lock, nor
 does any on Windows. The lock is tried again when the file is removed, and held while
-it goes. Nothing else is ever touched.
+it goes. One this user may not open (another user's, in a shared directory) has a lock
+that cannot be tried: it is never removed (``PermissionError``). Nothing else is ever
+touched.
 """
 
 from __future__ import annotations
@@ -142,10 +144,13 @@ def _remove_temp(path: Path) -> bool:
         fd = os.open(path, _TEMP_FLAGS)
     except FileNotFoundError:
         return True
+    except PermissionError:
+        # Another user's, not ours to read: its lock cannot be tried, and its writer may
+        # be alive, stalled past any age. Not removed: an error saying so.
+        raise
     except OSError:
-        # A link (ELOOP) or a file this user may not read: it has no lock to try. A
-        # link is removed, never what it points to; a file not ours to read is
-        # another user's, removed only where the directory lets this user (by age).
+        # A link (ELOOP), a socket's name: nothing that has a lock to try. A link is
+        # removed, never what it points to.
         return _remove_by_age(path)
     try:
         st = os.fstat(fd)

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from .file_records import EtagStore, Record, is_own_name
+from .file_records import EtagStore, Record, is_own_name, owned
 
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 
@@ -139,6 +139,8 @@ def _kept_because(
     """Why the file at ``relative`` stays (``None``: it may go), from its records."""
     if not records:
         return "not written by asyncdl"
+    if not owned(st):
+        return f"another user's (uid {st.st_uid}), whatever its record says"
     mine = [r for r in records if r.vouches_for(st, relative, root)]
     if any(r.bucket == bucket and r.key == prefix + relative for r in mine):
         return None

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from .. import interrupts, partial_paths, quick_io, url_session
+from .. import held_dirs, interrupts, partial_paths, quick_io, url_session
 from ..bulk import failed
 from ..clients import create_default_client
 from ..engine import Engine
@@ -142,7 +142,7 @@ async def copy_prefix(
                     if keys is not None:
                         keys.add(result.key)
                     if not (settings.config.resume or result.skipped) and _own_target(result, root):
-                        await _discard_partial(result.path, output)
+                        await _discard_partial(result.path, output, root=root)
                     output.finished(result)
         except DownloadError as error:  # the listing itself failed
             output.error(error)
@@ -162,13 +162,23 @@ class _Busy(Exception):
     pass
 
 
-async def _discard_partial(target: Path, output: Output) -> None:
+async def _discard_partial(target: Path, output: Output, *, root: Path | None = None) -> None:
     """``--no-resume``: an earlier copy's partial file of ``target`` goes (not one that a
     running download holds). A lookup per object: on the loop while file calls are
-    quick, as the downloads' own (``quick_io``)."""
+    quick, as the downloads' own (``quick_io``). ``root``: ``target`` is below it, and
+    its directory is reached from there as the download's was (``held_dirs``: never
+    through another user's link, which may have been put there since)."""
     with contextlib.suppress(_Busy, OSError):
-        if await quick_io.QUICK_IO.call(partial_paths.remove, target, _Busy):
+        if await quick_io.QUICK_IO.call(_remove_partial, target, root):
             output.note(f"note: {str(target)!r}: discarded an earlier copy's partial file")
+
+
+def _remove_partial(target: Path, root: Path | None) -> bool:
+    if root is None or not held_dirs.SUPPORTED:
+        return partial_paths.remove(target, _Busy)
+    top = held_dirs.open_root(root, create=False)
+    where = held_dirs.open_below(top, target.relative_to(root).parts[:-1], create=False)
+    return partial_paths.remove(target, _Busy, dir_fd=where.fd)
 
 
 def cat_object(settings: Settings, source: S3Url | HttpUrl) -> int:
