@@ -42,12 +42,17 @@ def _let_pyenv_find_every_version() -> None:
 
 _let_pyenv_find_every_version()
 
+#: pytest-xdist: one worker per core, each its own pytest session and so its own moto
+#: server (the session-scoped fixtures); ``--dist loadgroup`` keeps together only the
+#: tests marked ``xdist_group``. Before the posargs: ``-- -n 0`` runs in one process.
+XDIST = ["-n", "auto", "--dist", "loadgroup"]
+
 
 @nox.session
 def tests(session: nox.Session) -> None:
     """The test suite against moto's server on loopback."""
     session.install("-e", ".[tests]")
-    session.run("pytest", *session.posargs)
+    session.run("pytest", *XDIST, *session.posargs)
 
 
 #: What ``tests_compat`` runs on the other CPythons: the data path (one object, many,
@@ -72,7 +77,7 @@ def tests_compat(session: nox.Session) -> None:
     """A subset of the suite (``COMPAT_TESTS``) on each other CPython the machine has;
     one it lacks is skipped, and nox says so."""
     session.install("-e", ".[tests]")
-    session.run("pytest", *(session.posargs or COMPAT_TESTS))
+    session.run("pytest", *XDIST, *(session.posargs or COMPAT_TESTS))
 
 
 @nox.session
@@ -84,6 +89,7 @@ def tests_uvloop(session: nox.Session) -> None:
     session.install("-e", ".[tests,uvloop]")
     session.run(
         "pytest",
+        *XDIST,
         "-m",
         "not asyncio_internals",
         *session.posargs,

@@ -139,7 +139,7 @@ async def test_two_downloads_fast_disk_masks_slow_disk(
     writes: QuickWrites,
 ) -> None:
     """One process-wide policy: a download to a fast disk, whose quick writes count
-    too, does not keep a concurrent download's 100 ms writes on the loop."""
+    too, does not keep a concurrent download's stalling writes on the loop."""
     data = payload(16 * MiB)
     s3.put_object(Bucket=bucket, Key="k", Body=data)
     slow_dir = tmp_path / "slow"
@@ -153,7 +153,10 @@ async def test_two_downloads_fast_disk_masks_slow_disk(
         if str(slow_dir) in str(self._path):
             if threading.current_thread() is threading.main_thread():
                 on_loop_slow[0] += 1
-            time.sleep(0.1)
+            # A stall (past QuickWrites.STALL): each keeps the writes off the loop for
+            # a time in proportion to it, so a shorter one keeps as many tries of the
+            # loop in the run.
+            time.sleep(QuickWrites.STALL + 0.01)
         return write_sync(self, offset, chunks, *rest)
 
     monkeypatch.setattr(TempFile, "_write_sync", by_dir)
