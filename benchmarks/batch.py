@@ -248,7 +248,8 @@ def _server_cpu(server: Server | None) -> float:
 
 
 def versions() -> dict[str, str]:
-    names = ("asyncdl", "aiobotocore", "botocore", "boto3", "s3transfer", "obstore", "moto")
+    names = ["asyncdl", "aiobotocore", "botocore", "boto3", "s3transfer", "obstore"]
+    names += ["awscrt", "moto"]
     found = {}
     for name in names:
         try:

@@ -11,6 +11,12 @@ Client libraries are imported inside the functions that use them (hence the
 A client on an event loop runs on the Job's ``loop``: asyncio's own or uvloop's (the
 asyncdl command is told which through ``ASYNCDL_LOOP``). The clients in ``NO_LOOP``
 run no loop the benchmark chooses.
+
+Each peer runs as its fastest reasonable user runs it (benchmarks/README.md, "The rule
+for peers"): obstore and the aiobotocore clients write their files with plain
+``open``/``write`` calls on the loop, no thread pool; s5cmd is its Go binary; AWS's CRT
+S3 client writes each file itself (``recv_filepath``). None of them checks a checksum,
+so each is configured not to ask for one.
 """
 
 from __future__ import annotations
@@ -25,7 +31,8 @@ import sys
 import sysconfig
 import tempfile
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Coroutine, Iterable, Iterator
+import urllib.parse
+from collections.abc import Callable, Coroutine, Iterable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -33,10 +40,18 @@ from typing import Any, TypeVar
 
 MiB = 1024 * 1024
 PREFIX = "bench/"
-# Peers write files with aiofiles in 1 MiB pieces, as asyncdl does (its write_size).
+# The pieces a streaming peer asks for and writes: 1 MiB, asyncdl's write_size.
 _WRITE_SIZE = MiB
 # Bytes per ranged GET of the parallel-range peer: asyncdl's default chunk_size.
 _PART_SIZE = 8 * MiB
+# The CRT plans one connection per 0.4 Gbps of its throughput target (aws-c-s3's
+# s_throughput_per_connection_gbps) and 4 requests in flight per connection, buffers
+# reserved for each. Its default target, 10 Gbps (25 connections), is kept unless the
+# Job's concurrency needs more: at 64 it kept at most 25 GETs in flight. (A target of
+# 4 Gbps, 10 connections planned, spent no less CPU on the 512 MiB object at c10.)
+_CRT_DEFAULT_GBPS = 10.0
+_CRT_PART_SIZE = 8 * MiB
+_CRT_GBPS_PER_CONNECTION = 0.4
 #: The event loops a client can run on.
 LOOPS = ("asyncio", "uvloop")
 _T = TypeVar("_T")
@@ -181,19 +196,6 @@ def run_s3transfer(job: Job, meter: Meter, no_head: bool) -> list[str]:
     return errors
 
 
-async def _write_file(path: Path, chunks: AsyncIterable[bytes]) -> None:
-    """Write an async iterable of bytes to ``path`` through aiofiles' thread pool."""
-    import aiofiles  # noqa: PLC0415
-
-    async with aiofiles.open(path, "wb") as file:
-        async for chunk in chunks:
-            await file.write(chunk)
-
-
-async def _one(data: bytes) -> AsyncIterator[bytes]:
-    yield data
-
-
 async def _each_object(
     job: Job, meter: Meter, fetch: Callable[[str, str, Path], Coroutine[Any, Any, None]]
 ) -> None:
@@ -205,19 +207,22 @@ async def _each_object(
     meter.stop()
 
 
-async def run_aiobotocore(
-    job: Job, meter: Meter, stream: bool, *, blocking: bool = False
-) -> list[str]:
-    """One get_object per object, N at a time; the body read whole, or (``stream``)
-    streamed to the file in pieces of up to 1 MiB: one plain GET, no ranges.
-    ``blocking``: each piece written with a plain ``write`` on the loop, no thread hop
-    (the leanest a stream can be, the large-object yardstick of the targets)."""
+async def run_aiobotocore(job: Job, meter: Meter, stream: bool) -> list[str]:
+    """One get_object per object, N at a time: one plain GET, no ranges. The body read
+    whole and written in one plain ``write``, or (``stream``) streamed to the file in
+    pieces of up to 1 MiB, each written with a plain ``write`` on the loop as it
+    arrives: no thread hop, no checksum asked for (the peers check none)."""
     from aiobotocore.config import AioConfig  # noqa: PLC0415
     from aiobotocore.session import get_session  # noqa: PLC0415
 
     errors: list[str] = []
     semaphore = asyncio.Semaphore(job.concurrency)
-    config = AioConfig(max_pool_connections=max(10, job.concurrency))
+    config = AioConfig(
+        max_pool_connections=max(10, job.concurrency),
+        # botocore's default asks for a checksum and CRCs every byte of a whole-object
+        # GET whose answer names one; its users who want speed turn that off.
+        response_checksum_validation="when_required",
+    )
     async with get_session().create_client("s3", endpoint_url=job.endpoint, config=config) as s3:
 
         async def fetch(bucket: str, key: str, path: Path) -> None:
@@ -225,16 +230,14 @@ async def run_aiobotocore(
                 try:
                     response = await s3.get_object(Bucket=bucket, Key=key)
                     async with response["Body"] as body:
-                        if stream and blocking:
+                        if stream:
                             with path.open("wb") as file:
                                 async for chunk in body.iter_chunks(_WRITE_SIZE):
                                     file.write(chunk)
                             return
-                        if stream:
-                            await _write_file(path, body.iter_chunks(_WRITE_SIZE))
-                            return
                         data = await body.read()
-                    await _write_file(path, _one(data))
+                    with path.open("wb") as file:
+                        file.write(data)
                 except Exception as exc:
                     errors.append(repr(exc))
 
@@ -340,8 +343,17 @@ async def run_obstore(job: Job, meter: Meter) -> list[str]:
         async with semaphore:
             try:
                 result = await obstore.get_async(store, key)
-                # Streamed, so a large object is never held whole in memory.
-                await _write_file(path, result.stream(min_chunk_size=_WRITE_SIZE))
+                if result.meta["size"] <= _WRITE_SIZE:
+                    # A small object's bytes in one piece, then one plain write on the
+                    # loop: what its users write, and its cheapest form (no stream).
+                    data = await result.bytes_async()
+                    with path.open("wb") as file:
+                        file.write(data)
+                    return
+                # A large one streamed, never held whole, each piece a plain write.
+                with path.open("wb") as file:
+                    async for chunk in result.stream(min_chunk_size=_WRITE_SIZE):
+                        file.write(chunk)
             except Exception as exc:
                 errors.append(repr(exc))
 
@@ -349,6 +361,76 @@ async def run_obstore(job: Job, meter: Meter) -> list[str]:
     async with asyncio.TaskGroup() as tasks:
         for _, key, path in job.items():
             tasks.create_task(fetch(key, path))
+    meter.stop()
+    return errors
+
+
+def run_crt(job: Job, meter: Meter) -> list[str]:
+    """AWS's CRT S3 client (``awscrt.s3.S3Client``, C): one GET_OBJECT meta request per
+    object, all made at once, each writing its file itself (``recv_filepath``, the
+    fastest way to a file it has), on the CRT's own event-loop threads (one per core).
+
+    The CRT splits a large object into ranged GETs of 8 MiB parts (the first also
+    brings the size, as asyncdl's GET-first does) and sends a small one in one GET. Its
+    connections are capped at the Job's concurrency, the bound every client gets
+    (``max_active_connections_override``, under a throughput target that plans at
+    least as many); it
+    is told the endpoint by the Host header (the port with it) and plain HTTP by
+    ``tls_mode``, signs with the environment's static credentials, and asks for no
+    checksum (none is validated unless configured)."""
+    from awscrt.auth import AwsCredentialsProvider  # noqa: PLC0415
+    from awscrt.http import HttpHeaders, HttpRequest  # noqa: PLC0415
+    from awscrt.io import ClientBootstrap, DefaultHostResolver, EventLoopGroup  # noqa: PLC0415
+    from awscrt.s3 import (  # noqa: PLC0415
+        S3Client,
+        S3RequestTlsMode,
+        S3RequestType,
+        create_default_s3_signing_config,
+    )
+
+    endpoint = urllib.parse.urlsplit(job.endpoint)
+    tls = S3RequestTlsMode.ENABLED if endpoint.scheme == "https" else S3RequestTlsMode.DISABLED
+    region = os.environ.get("AWS_DEFAULT_REGION", "us-east-1")
+    credentials = AwsCredentialsProvider.new_static(
+        os.environ["AWS_ACCESS_KEY_ID"],
+        os.environ["AWS_SECRET_ACCESS_KEY"],
+        os.environ.get("AWS_SESSION_TOKEN"),
+    )
+    threads = EventLoopGroup()
+    client = S3Client(
+        bootstrap=ClientBootstrap(threads, DefaultHostResolver(threads)),
+        region=region,
+        tls_mode=tls,
+        signing_config=create_default_s3_signing_config(
+            region=region, credential_provider=credentials
+        ),
+        # Unset, the part size is "dynamic" (from the target and the memory limit): the
+        # 512 MiB object then took 0.5 GiB of RSS and 3 times s5cmd's CPU per byte. 8
+        # MiB is what boto3's CRT transfers set, and asyncdl's chunk_size; 16 and 64 MiB
+        # parts spent no less CPU per byte here.
+        part_size=_CRT_PART_SIZE,
+        throughput_target_gbps=max(_CRT_DEFAULT_GBPS, job.concurrency * _CRT_GBPS_PER_CONNECTION),
+        max_active_connections_override=job.concurrency,
+    )
+    errors: list[str] = []
+    meter.start()
+    requests = [
+        client.make_request(
+            type=S3RequestType.GET_OBJECT,
+            request=HttpRequest(
+                "GET",
+                f"/{bucket}/{urllib.parse.quote(key)}",  # path-style, as on a loopback endpoint
+                HttpHeaders([("Host", endpoint.netloc)]),
+            ),
+            recv_filepath=str(path),
+        )
+        for bucket, key, path in job.items()
+    ]
+    for request in requests:
+        try:
+            request.finished_future.result()
+        except Exception as exc:
+            errors.append(repr(exc))
     meter.stop()
     return errors
 
@@ -371,6 +453,8 @@ def executable(name: str) -> str:
 def s5cmd_command(job: Job) -> list[str]:
     source = f"s3://{job.bucket}/{PREFIX}*"
     command = [executable("s5cmd"), "--endpoint-url", job.endpoint]
+    # cp's own part settings (50 MiB parts, 5 at a time): `--concurrency 10` spent the
+    # same CPU per byte on the 512 MiB object here, in no less wall.
     return [*command, "--numworkers", str(job.concurrency), "cp", source, f"{job.dest}/"]
 
 
@@ -439,11 +523,9 @@ RUNNERS: dict[str, Callable[[Job, Meter], list[str]]] = {
     "s3transfer-no-head": partial(run_s3transfer, no_head=True),
     "aiobotocore-loop": lambda job, m: on_loop(job, run_aiobotocore(job, m, stream=False)),
     "plain-get": lambda job, m: on_loop(job, run_aiobotocore(job, m, stream=True)),
-    "plain-get-blocking": lambda job, m: on_loop(
-        job, run_aiobotocore(job, m, stream=True, blocking=True)
-    ),
     "parallel-ranges-pwrite": lambda job, m: on_loop(job, run_parallel_ranges(job, m)),
     "obstore": lambda job, m: on_loop(job, run_obstore(job, m)),
+    "crt": run_crt,
     "s5cmd": partial(run_command, command=s5cmd_command),
     "aiobotocore-cp": partial(run_command, command=aiobotocore_cp_command),
 }
@@ -451,8 +533,9 @@ CLIENTS = tuple(RUNNERS)
 #: Whole commands: their figures include start-up (imports, the Go runtime).
 COMMANDS = ("asyncdl-cli", "s5cmd", "aiobotocore-cp")
 #: Clients on no event loop the benchmark chooses: s3transfer's threads, s5cmd's Go
-#: runtime, and aiobotocore_cp.py's own asyncio.run. One row each, whatever ``--loop``.
-NO_LOOP = ("s3transfer-default", "s3transfer-no-head", "s5cmd", "aiobotocore-cp")
+#: runtime, aiobotocore_cp.py's own asyncio.run and the CRT's C threads. One row each,
+#: whatever ``--loop``.
+NO_LOOP = ("s3transfer-default", "s3transfer-no-head", "s5cmd", "aiobotocore-cp", "crt")
 
 
 def peak_rss_kib() -> int:

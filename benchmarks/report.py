@@ -80,12 +80,13 @@ def notes(
         if loopless:
             found.append(
                 f"{', '.join(loopless)}: no event loop of the benchmark's choosing (threads, "
-                "Go, or a command's own asyncio.run): one row each, whatever --loop."
+                "Go, the CRT's C threads, or a command's own asyncio.run): one row each, "
+                "whatever --loop."
             )
         if any(name.startswith("obstore") for name in summary["median"]):
             found.append(
                 "obstore: its requests run on its own Rust (tokio) runtime; the loop carries "
-                "the wake-ups of its futures and stream, and aiofiles' thread hops."
+                "the wake-ups of its futures and stream, and its plain file writes."
             )
     if "s3rver" in args.server_name:
         found.append(

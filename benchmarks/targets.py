@@ -2,40 +2,36 @@
 
 It runs the benchmarks that measure them, one after the other, each as its own
 script with ``--json`` (the same commands the README's tables come from), and judges
-every target from their medians:
+every target from their medians, against the fastest form of its peer measured in
+that run (``PEER_FORMS``; each peer runs as its fastest reasonable user runs it, see
+``peers.py``):
 
-- tiny objects (``batch.py``, s3rver, 1000 x 1 KiB, 20 ms added per request, c64, both
-  loops): client CPU per object of GET-first and listed ``download_many`` at most
-  0.75 of obstore's on asyncio's loop and 0.9 on uvloop; wall at most obstore's;
-- one large object (``batch.py``, s3rver, 512 MiB, no proxy, c10, default settings,
-  both loops): CPU per byte at most s5cmd's and 1.2 times ``plain-get-blocking``'s
-  (one aiobotocore stream, ``iter_chunks`` of 1 MiB, blocking writes on the loop).
-  Beside s5cmd it shows the floor, what the stack allows: ``parallel-ranges-pwrite``
-  (aiobotocore ``get_object`` of 8 MiB ranges, c10, into a preallocated file, each
-  1 MiB piece written with ``os.pwrite`` on the loop; no checksum, temp file or
-  retry), measured in the same run, and asyncdl's ratio to it, bound at 1.1x. The
-  s5cmd row is MET when asyncdl's CPU per byte is at most s5cmd's; MET AT FLOOR when
-  it is not but the floor itself is above s5cmd and asyncdl is within 1.1x of the
-  floor; NOT MET otherwise. Why: a bound that the leanest parallel download on
-  aiobotocore does not reach judges the stack, not asyncdl; 1.1x of a prototype that
-  checks and retries nothing is what an engine with temp files, retries, resumable
-  parts and verification is held to instead (tighter than the 1.2x of the one-stream
-  bound, because the floor makes the ranged GETs asyncdl makes);
-- uvloop: the uvloop rows of the two above exist and are met (MET AT FLOOR when a
-  row is met only at the floor; the floor's own rows are not targets);
-- the command: ``asyncdl cp -r`` of 10,000 tiny objects (``batch.py``, c64) in at
-  most ``s5cmd cp``'s wall, and ``asyncdl cp`` / ``cat`` of a URL starting in at
-  most 0.6 of ``asyncdl cp s3://``'s wall (``startup.py``);
-- scale: ``download_prefix`` over ``--listing-objects`` listed objects on the fake
-  S3 (``listing.py``): under 50 B of RSS per object at the peak, objects per second
-  beside s5cmd's; and over 5000 objects whose GETs the server answers after 200 ms,
-  never more GETs open at once than ``max_concurrency``.
+1. tiny objects (``batch.py``, s3rver, 1000 x 1 KiB, 20 ms added per request, c64, both
+   loops): client CPU per object of GET-first and listed ``download_many`` at most
+   0.75 of obstore's on asyncio's loop and 0.9 on uvloop; wall at most obstore's; and
+   on uvloop less CPU per object than on asyncio's loop. AWS's CRT S3 client is shown
+   beside obstore;
+2. one large object (``batch.py``, s3rver, 512 MiB, no proxy, c10, default settings,
+   both loops): client CPU per byte at most s5cmd's and at most the CRT's; wall at most
+   theirs where the server is not the limit (each wall row says how busy the server
+   was). Beside the peers, never instead of them, it shows one aiobotocore stream and
+   the parallel-range floor (``parallel-ranges-pwrite``: aiobotocore ``get_object`` of
+   8 MiB ranges, c10, into a preallocated file with ``os.pwrite``; no checksum, temp
+   file or retry), measured in the same run;
+3. the command: ``asyncdl cp -r`` of 10,000 tiny objects (``batch.py``, c64) in at
+   most 0.8 of ``s5cmd cp``'s wall;
+4. memory: ``download_prefix`` over ``--listing-objects`` listed objects on the fake S3
+   (``listing.py``): under 50 B of RSS per object at the peak, objects per second
+   beside s5cmd's; and over 5000 objects whose GETs the server answers after 200 ms,
+   never more GETs open at once than ``max_concurrency``.
+
+Start-up stays judged beside them (row ``-``): ``asyncdl cp`` / ``cat`` of a URL
+starting in at most 0.6 of ``asyncdl cp s3://``'s wall (``startup.py``).
 
 It prints one table (target, what, asyncdl, peer, ratio, required, verdict, and the
-command of the row) after the scripts' own output. A verdict is MET, NOT MET, MET AT
-FLOOR (above), SHOWN (a figure asked for beside a peer's, with no bound) or FAILED. A
-target not met is a result, not an error: the exit status is 1 only when a script
-failed or a file came out wrong.
+command of the row) after the scripts' own output. A verdict is MET, NOT MET, SHOWN (a
+figure beside a peer's, with no bound) or FAILED. A target not met is a result, not an
+error: the exit status is 1 only when a script failed or a file came out wrong.
 
     python benchmarks/targets.py --runs 5
     python benchmarks/targets.py --runs 1 --listing-objects 20000     # a quick look
@@ -55,7 +51,6 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -71,12 +66,17 @@ LISTING_CONCURRENCY = 64
 #: held more bodies than its concurrency would show it (as the README's run does).
 IN_FLIGHT_LATENCY_MS = 200
 IN_FLIGHT_OBJECTS = 5000
-#: The leanest parallel ranged download on asyncdl's stack (benchmarks/peers.py).
+#: The leanest parallel ranged download on asyncdl's stack (benchmarks/peers.py): shown
+#: beside the peers, never judged instead of them.
 FLOOR = "parallel-ranges-pwrite"
-#: asyncdl's CPU per byte within this of the floor's meets the s5cmd bound when the
-#: floor itself is above s5cmd (the module's docstring says why).
-FLOOR_MOST = 1.1
-FLOOR_WHAT = "the parallel-range floor"
+#: One aiobotocore stream written with plain writes on the loop: shown beside the peers.
+STREAM = "plain-get"
+#: Each peer's forms (batch.py's clients): a target is judged against whichever form
+#: spent least in the same run. One form each now, each set as its fastest reasonable
+#: user sets it (peers.py); a second form of a peer goes here.
+PEER_FORMS = {"obstore": ("obstore",), "s5cmd": ("s5cmd",), "crt": ("crt",)}
+#: The order of the table's targets ("-": start-up, judged beside them).
+TARGET_ORDER = ("1", "2", "3", "4", "-")
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,9 +120,13 @@ def batch_ratio(
     peer: str,
     most: float,
     letter: str,
+    strict: bool = False,
 ) -> Row:
-    """One row of batch.py's medians against another's (the ratio of the medians)."""
+    """One row of batch.py's medians against another's (the ratio of the medians).
+    ``peer`` names a row, or a peer of ``PEER_FORMS`` (with the row's loop suffix, if
+    any): then its form that spent least of ``metric`` in this run."""
     medians = document["median"]
+    peer = fastest_form(medians, peer, metric)
     mine, theirs = medians.get(row), medians.get(peer)
     if mine is None or theirs is None:
         missing = row if mine is None else peer
@@ -130,32 +134,47 @@ def batch_ratio(
     ratio = mine[metric] / theirs[metric]
     # Whole commands (s5cmd, asyncdl-cli) say nothing of what they verified: NaN.
     bad = mine["bad_files"] + theirs["bad_files"]
-    said = verdict(ratio, most) + (f" ({bad:.0f} bad files)" if bad else "")
+    said = verdict(ratio, most, strict=strict) + (f" ({bad:.0f} bad files)" if bad else "")
     return Row(
         target,
         what,
         f"{row} {mine[metric]:.3f} {unit}",
         f"{peer} {theirs[metric]:.3f} {unit}",
         ratio,
-        f"<= {most:g}x",
+        f"< {most:g}x" if strict else f"<= {most:g}x",
         said,
         letter,
     )
 
 
+def fastest_form(medians: dict[str, Any], peer: str, metric: str) -> str:
+    """The row of ``peer``'s form (``PEER_FORMS``, on the same loop) with the least
+    ``metric`` in this run; ``peer`` itself when it is no peer of ``PEER_FORMS``."""
+    name, at, loop = peer.partition("@")
+    forms = PEER_FORMS.get(name)
+    if forms is None:
+        return peer
+    # A peer on no loop of ours (s5cmd, the CRT) has one row whatever the loop.
+    rows = [form + at + loop for form in forms]
+    rows = [row if row in medians else row.partition("@")[0] for row in rows]
+    measured = [row for row in rows if row in medians]
+    return min(measured, key=lambda row: medians[row][metric]) if measured else rows[0]
+
+
 def judge_tiny(document: dict[str, Any], letter: str) -> list[Row]:
     rows = []
+    clients = (("asyncdl-get-first", "GET-first"), ("asyncdl-listed", "listed"))
     for metric, unit, measure in (
         ("cpu_ms_per_object", "ms/obj", "client CPU per object"),
         ("wall_s", "s", "wall"),
     ):
         for loop, suffix, cpu_most in (("asyncio", "", 0.75), ("uvloop", "@uvloop", 0.9)):
-            for client, how in (("asyncdl-get-first", "GET-first"), ("asyncdl-listed", "listed")):
+            for client, how in clients:
                 rows.append(
                     batch_ratio(
                         document,
-                        target="1" if loop == "asyncio" else "1, 3",
-                        what=f"1000 x 1 KiB c64, {how}, {loop}: {measure}",
+                        target="1",
+                        what=f"1000 x 1 KiB c64, {how}, {loop}: {measure} against obstore",
                         metric=metric,
                         unit=unit,
                         row=client + suffix,
@@ -164,55 +183,104 @@ def judge_tiny(document: dict[str, Any], letter: str) -> list[Row]:
                         letter=letter,
                     )
                 )
+    for client, how in clients:
+        # uvloop must make asyncdl cheaper, not leave it level.
+        faster = batch_ratio(
+            document,
+            target="1",
+            what=f"1000 x 1 KiB c64, {how}: CPU per object on uvloop against asyncio's loop",
+            metric="cpu_ms_per_object",
+            unit="ms/obj",
+            row=client + "@uvloop",
+            peer=client,
+            most=1.0,
+            letter=letter,
+            strict=True,
+        )
+        rows.append(faster)
+    for loop, suffix in (("asyncio", ""), ("uvloop", "@uvloop")):
+        crt = batch_ratio(
+            document,
+            target="1",
+            what=f"1000 x 1 KiB c64, GET-first, {loop}: client CPU per object against the CRT",
+            metric="cpu_ms_per_object",
+            unit="ms/obj",
+            row="asyncdl-get-first" + suffix,
+            peer="crt",
+            most=1.0,
+            letter=letter,
+        )
+        rows.append(replace(crt, required="beside obstore's", verdict=unbound(crt.verdict)))
     return rows
 
 
+def server_busy(document: dict[str, Any], row: str) -> str:
+    """How much of ``row``'s wall the server spent on CPU: near 100 % (or above: Node's
+    I/O threads), the server was the limit, not the client."""
+    median = document["median"].get(row)
+    if median is None or not median["wall_s"]:
+        return ""
+    objects = int(document["config"]["objects"])
+    busy = median["server_cpu_ms_per_object"] * objects / 1000 / median["wall_s"]
+    return f"server CPU {busy:.0%} of asyncdl's wall"
+
+
 def judge_large(document: dict[str, Any], letter: str) -> list[Row]:
-    """Per loop: asyncdl against s5cmd, the parallel-range floor against s5cmd, asyncdl
-    against that floor, and asyncdl against one stream. The s5cmd row is MET AT FLOOR
-    when the floor is above s5cmd and asyncdl within ``FLOOR_MOST`` of the floor."""
+    """Per loop: asyncdl's CPU per byte and wall against s5cmd's and the CRT's (each
+    the fastest form of that peer in the run), then one aiobotocore stream and the
+    parallel-range floor beside s5cmd, shown."""
     rows = []
+    where = "512 MiB c10 no proxy"
     for loop, suffix in (("asyncio", ""), ("uvloop", "@uvloop")):
-        ratio = partial(
-            batch_ratio,
-            document,
-            target="2" if loop == "asyncio" else "2, 3",
-            metric="cpu_s_per_gib",
-            unit="s/GiB",
-            letter=letter,
-        )
-        where = f"512 MiB c10 no proxy, {loop}: CPU per byte"
-        mine, floor = "asyncdl-get-first" + suffix, FLOOR + suffix
-        against_s5cmd = ratio(what=f"{where} against s5cmd (Go)", row=mine, peer="s5cmd", most=1.0)
-        floor_row = ratio(
-            what=f"{where} of {FLOOR_WHAT} against s5cmd",
-            row=floor,
-            peer="s5cmd",
-            most=1.0,
-        )
-        at_floor = ratio(
-            what=f"{where} against {FLOOR_WHAT}",
-            row=mine,
-            peer=floor,
-            most=FLOOR_MOST,
-        )
-        floor_above = floor_row.ratio is not None and floor_row.ratio > 1.0
-        near = at_floor.verdict.startswith("MET")
-        if against_s5cmd.verdict.startswith("NOT MET") and floor_above and near:
-            said = against_s5cmd.verdict.replace("NOT MET", "MET AT FLOOR")
-            against_s5cmd = replace(against_s5cmd, verdict=said)
-        rows += [
-            replace(against_s5cmd, required=f"<= 1x, or <= {FLOOR_MOST:g}x a floor above it"),
-            # What the stack allows, beside s5cmd: bound by nothing.
-            replace(floor_row, required="beside s5cmd's", verdict=unbound(floor_row.verdict)),
-            at_floor,
-            ratio(
-                what=f"{where} against one stream written on the loop",
+        mine = "asyncdl-get-first" + suffix
+        for peer, name in (("s5cmd", "s5cmd (Go)"), ("crt", "the CRT (C)")):
+            rows.append(
+                batch_ratio(
+                    document,
+                    target="2",
+                    what=f"{where}, {loop}: client CPU per byte against {name}",
+                    metric="cpu_s_per_gib",
+                    unit="s/GiB",
+                    row=mine,
+                    peer=peer,
+                    most=1.0,
+                    letter=letter,
+                )
+            )
+            wall = batch_ratio(
+                document,
+                target="2",
+                what=f"{where}, {loop}: wall against {name}",
+                metric="wall_s",
+                unit="s",
                 row=mine,
-                peer="plain-get-blocking" + suffix,
-                most=1.2,
-            ),
-        ]
+                peer=peer,
+                most=1.0,
+                letter=letter,
+            )
+            busy = server_busy(document, mine)
+            said = f"{wall.verdict} ({busy})" if busy else wall.verdict
+            rows.append(
+                replace(wall, required="<= 1x where the server is not the limit", verdict=said)
+            )
+        for beside, name in (
+            (STREAM, "one aiobotocore stream"),
+            (FLOOR, "the parallel-range floor"),
+        ):
+            shown_row = batch_ratio(
+                document,
+                target="2",
+                what=f"{where}, {loop}: client CPU per byte of {name} against s5cmd",
+                metric="cpu_s_per_gib",
+                unit="s/GiB",
+                row=beside + suffix,
+                peer="s5cmd",
+                most=1.0,
+                letter=letter,
+            )
+            rows.append(
+                replace(shown_row, required="beside the peers", verdict=unbound(shown_row.verdict))
+            )
     return rows
 
 
@@ -228,13 +296,13 @@ def judge_command(document: dict[str, Any], letter: str) -> list[Row]:
     return [
         batch_ratio(
             document,
-            target="4",
+            target="3",
             what=f"asyncdl cp -r of 10,000 x 1 KiB c64, {loop}: wall against s5cmd cp",
             metric="wall_s",
             unit="s",
             row=row,
             peer="s5cmd",
-            most=1.0,
+            most=0.8,
             letter=letter,
         )
         for loop, row in (("asyncio", "asyncdl-cli"), ("uvloop", "asyncdl-cli@uvloop"))
@@ -248,14 +316,14 @@ def judge_startup(document: dict[str, Any], letter: str) -> list[Row]:
     for name in ("asyncdl cp URL (1 KiB)", "asyncdl cat URL (1 KiB)", "asyncdl cat --range URL"):
         what = f"start-up: `{name.removesuffix(' (1 KiB)')}` against `asyncdl cp s3://`, wall"
         if name not in table or base not in table:
-            rows.append(Row("4", what, "-", base, None, "<= 0.6x", "FAILED", letter))
+            rows.append(Row("-", what, "-", base, None, "<= 0.6x", "FAILED", letter))
             continue
         mine = statistics.median(run[0] for run in table[name])
         theirs = statistics.median(run[0] for run in table[base])
         ratio = mine / theirs
         rows.append(
             Row(
-                "4",
+                "-",
                 what,
                 f"{mine:.3f} s",
                 f"cp s3:// {theirs:.3f} s",
@@ -278,12 +346,12 @@ def judge_listing(document: dict[str, Any], letter: str) -> list[Row]:
     problems = sum(len(r.get("problems", [])) + len(r.get("errors", [])) for r in good)
     spoiled = f" ({problems} problems)" if problems else ""
     if not good:
-        return [Row("5", where, "-", "-", None, "< 50 B/obj", "FAILED", letter)]
+        return [Row("4", where, "-", "-", None, "< 50 B/obj", "FAILED", letter)]
     per_object = statistics.median(memory(r, count)["per_object_b"] for r in good)
     rate = statistics.median(count / r["wall_s"] for r in good)
     rows = [
         Row(
-            "5",
+            "4",
             f"{where}: RSS per object at the peak",
             f"{per_object:.1f} B/obj",
             "-",
@@ -297,7 +365,7 @@ def judge_listing(document: dict[str, Any], letter: str) -> list[Row]:
         peer_rate = statistics.median(count / r["wall_s"] for r in theirs)
         rows.append(
             Row(
-                "5",
+                "4",
                 f"{where}: objects per second",
                 f"{rate:,.0f} obj/s",
                 f"s5cmd {peer_rate:,.0f} obj/s",
@@ -322,13 +390,13 @@ def judge_in_flight(document: dict[str, Any], letter: str) -> list[Row]:
     good = [r for r in runs.get("asyncdl", []) if "most_open_gets" in r]
     theirs = [r for r in runs.get("s5cmd", []) if "most_open_gets" in r]
     if not good:
-        return [Row("5", what, "-", "-", None, "<= max_concurrency", "FAILED", letter)]
+        return [Row("4", what, "-", "-", None, "<= max_concurrency", "FAILED", letter)]
     most = max(r["most_open_gets"] for r in good)
     peer = f"s5cmd {max(r['most_open_gets'] for r in theirs):.0f}; " if theirs else ""
     ratio = most / LISTING_CONCURRENCY
     return [
         Row(
-            "5",
+            "4",
             what,
             f"{most:.0f}",
             f"{peer}max_concurrency {LISTING_CONCURRENCY}",
@@ -338,26 +406,6 @@ def judge_in_flight(document: dict[str, Any], letter: str) -> list[Row]:
             letter,
         )
     ]
-
-
-def uvloop_summary(rows: list[Row]) -> Row:
-    """Target 3 in the table: every uvloop row of targets 1 and 2, met (MET AT FLOOR
-    when one is met only at the floor)."""
-    # The floor's rows are not targets: they say what the stack allows.
-    mine = [
-        r
-        for r in rows
-        if "uvloop" in r.what and r.target in ("1, 3", "2, 3") and FLOOR_WHAT not in r.what
-    ]
-    met = sum(r.verdict == "MET" for r in mine)
-    at_floor = sum(r.verdict == "MET AT FLOOR" for r in mine)
-    said = "MET" if mine and met == len(mine) else "NOT MET"
-    if mine and at_floor and met + at_floor == len(mine):
-        said = "MET AT FLOOR"
-    counted = f"{met} of {len(mine)} met" + (f", {at_floor} at the floor" if at_floor else "")
-    what = "uvloop rows of the tiny and the large workload, each met"
-    letters = ", ".join(dict.fromkeys(r.command for r in mine))
-    return Row("3", what, counted, "-", None, "all", said, letters)
 
 
 # -- running the scripts ---------------------------------------------------------------------
@@ -373,10 +421,10 @@ def workloads(args: argparse.Namespace) -> dict[str, Workload]:
         "--baseline",
         "obstore",
         "--clients",
-        "asyncdl-get-first,asyncdl-listed,obstore",
+        "asyncdl-get-first,asyncdl-listed,obstore,crt",
     ]
-    against_stream = ["--baseline", "plain-get-blocking"]
-    against_stream += ["--clients", f"asyncdl-get-first,plain-get-blocking,{FLOOR},s5cmd"]
+    against_s5cmd_crt = ["--baseline", "s5cmd"]
+    against_s5cmd_crt += ["--clients", f"asyncdl-get-first,s5cmd,crt,{STREAM},{FLOOR}"]
     against_s5cmd = ["--baseline", "s5cmd", "--clients", "asyncdl-cli,s5cmd"]
     listing = ["--objects", str(args.listing_objects), "--tools", "asyncdl,s5cmd"]
     both = ["--loop", "both"]
@@ -387,7 +435,7 @@ def workloads(args: argparse.Namespace) -> dict[str, Workload]:
         "large": Workload(
             "L",
             "batch.py",
-            [*s3rver, *large, "--concurrency", "10", *both, *against_stream],
+            [*s3rver, *large, "--concurrency", "10", *both, *against_s5cmd_crt],
             judge_large,
         ),
         "command": Workload(
@@ -435,21 +483,27 @@ def notes(chosen: dict[str, Workload], listing_objects: int) -> list[str]:
     if {"tiny", "large", "command"} & set(chosen):
         found.append(
             "s3rver stores no checksums: asyncdl runs with its default settings "
-            "(verification on) but has nothing to verify there."
+            "(verification on) but has nothing to verify there. No peer checks one."
+        )
+        found.append(
+            "each peer runs as its fastest reasonable user runs it (benchmarks/README.md, "
+            "The rule for peers): obstore and aiobotocore write with plain open/write on "
+            "the loop, s5cmd is its Go binary, the CRT writes each file itself "
+            "(recv_filepath); each verdict is against the fastest form of its peer in "
+            "this run."
         )
     if "large" in chosen:
         found.append(
-            "plain-get-blocking is one aiobotocore get_object stream (iter_chunks of 1 MiB) "
-            "written with blocking writes on the loop: the leanest a Python stream gets, "
-            "with no thread hop per write.",
+            f"{STREAM} (one aiobotocore get_object stream, iter_chunks of 1 MiB, plain "
+            f"writes on the loop) and {FLOOR} (aiobotocore get_object of 8 MiB ranges, "
+            "c10, the first bringing the size, the rest pinned to its ETag, the file "
+            "preallocated and each 1 MiB piece written with os.pwrite on the loop; no "
+            "checksum, temp file or retry) are shown beside the peers, never judged "
+            "instead of them.",
         )
         found.append(
-            f"{FLOOR} is the leanest parallel ranged download on the same stack: "
-            "aiobotocore get_object of 8 MiB ranges (asyncdl's default chunk_size), c10, "
-            "the first bringing the size, the rest pinned to its ETag, the file "
-            "preallocated and each 1 MiB piece written with os.pwrite on the loop; no "
-            "checksum, temp file or retry. When it is above s5cmd, s5cmd's bound is below "
-            f"what the stack allows, and asyncdl within {FLOOR_MOST:g}x of it is MET AT FLOOR.",
+            "a large-object wall row says how much of asyncdl's wall the server spent on "
+            "CPU: near 100 %, s3rver (one Node process) was the limit, not the client."
         )
     if "listing" in chosen and listing_objects < LISTING_TARGET:
         found.append(
@@ -457,11 +511,8 @@ def notes(chosen: dict[str, Workload], listing_objects: int) -> list[str]:
             f"{LISTING_TARGET:,}: the first connections and lazily built state weigh "
             "more per object over fewer objects."
         )
-    if {"tiny", "large"} <= set(chosen):
-        found.append(
-            "target 3's rows are the uvloop rows of targets 1 and 2; the suite under "
-            "uvloop is `nox -s tests_uvloop`, not a benchmark."
-        )
+    if "tiny" in chosen or "large" in chosen:
+        found.append("the suite under uvloop is `nox -s tests_uvloop`, not a benchmark.")
     return found
 
 
@@ -516,9 +567,8 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append(Row("-", name, "-", "-", None, "-", "FAILED", work.letter))
                 continue
             rows += work.judge(document, work.letter)
-    if "tiny" in chosen and "large" in chosen:
-        rows.append(uvloop_summary(rows))
-    rows.sort(key=lambda row: row.target)
+    # Stable: within a target, the rows stay in the order their judge gave them.
+    rows.sort(key=lambda row: TARGET_ORDER.index(row.target) if row.target in TARGET_ORDER else 9)
     minutes = (time.perf_counter() - started) / 60
     print(f"\nasyncdl at {head}; src/ {'changed: ' + dirty if dirty else 'as committed'}")
     head_after, dirty_after = git("log", "--oneline", "-1"), git("status", "--short", "src")
