@@ -194,10 +194,21 @@ class AsyncdlFileSystem(AsyncFileSystem):  # type: ignore[misc]  # fsspec is unt
     async def open_reader(
         self, bucket: str, key: str, block_size: int, blocks: int, *, first_block: FirstBlock
     ) -> RandomAccessReader:
-        """The engine's reader of the object, open (its first GET sent)."""
+        """The engine's reader of the object, open: its first GET sent, or none when the
+        listings cache has the object's size and ETag."""
         engine = await self.engine()
+        path = f"{bucket}/{key}"
+        listed = next((e for e in self._listed(parent(path)) or () if e["name"] == path), None)
+        # Listed: its size and ETag open the reader with no GET, and pin the first one.
+        size, etag = (listed["size"], listed["ETag"]) if listed and listed["ETag"] else (None, None)
         reader = engine.open_reader(
-            bucket, key, block_size=block_size, cache_blocks=blocks, first_block=first_block
+            bucket,
+            key,
+            block_size=block_size,
+            cache_blocks=blocks,
+            first_block=first_block,
+            size=size,
+            etag=etag,
         )
         return await reader.open()
 
