@@ -4,6 +4,7 @@ the storage options, and the routes into it (entry point, ``register_as_s3``).""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import fsspec.asyn
 import pytest
 
 from asyncdl import ObjectChangedError, TransferConfig
@@ -238,6 +240,36 @@ async def test_asynchronous_on_the_callers_loop(proxy: TcpProxy, s3: Any, bucket
             fs.open(f"{bucket}/data/b.bin")
     finally:
         await fs.aclose()
+
+
+def test_one_file_system_on_two_loops(proxy: TcpProxy, s3: Any, bucket: str) -> None:
+    """fsspec hands one instance to every caller with the same options (Zarr's loop
+    thread, an application's loop): each loop gets an engine of its own."""
+    objects = seed(s3, bucket)
+    fs = AsyncdlFileSystem(endpoint_url=proxy.url, asynchronous=True, skip_instance_cache=True)
+
+    async def read() -> bytes:
+        try:
+            data: bytes = await fs._cat_file(f"{bucket}/data/b.bin")
+            return data
+        finally:
+            await fs.aclose()
+
+    async def read_and_keep() -> bytes:
+        data: bytes = await fs._cat_file(f"{bucket}/top.txt")
+        return data
+
+    assert asyncio.run(read()) == objects["data/b.bin"]
+    assert asyncio.run(read()) == objects["data/b.bin"]
+    # A sync file system's loop (fsspec's thread) and a caller's loop, at once.
+    sync_fs = AsyncdlFileSystem(endpoint_url=proxy.url, skip_instance_cache=True)
+    try:
+        assert sync_fs.cat_file(f"{bucket}/top.txt") == b"top"
+        assert fsspec.asyn.sync(sync_fs.loop, read_and_keep) == b"top"
+        assert asyncio.run(read()) == objects["data/b.bin"]
+    finally:
+        sync_fs.close()
+        fs.close()
 
 
 def run(code: str, env: dict[str, str] | None = None) -> str:

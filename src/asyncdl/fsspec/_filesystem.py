@@ -1,9 +1,11 @@
-"""asyncdl's fsspec file system: ``AsyncdlFileSystem``, read-only, over one Engine.
+"""asyncdl's fsspec file system: ``AsyncdlFileSystem``, read-only, over the Engine.
 
 Every call goes through one engine (one client, one budget of requests, one
-config), opened on the event loop the file system runs on: the caller's with
-``asynchronous=True``, fsspec's own loop thread otherwise (what the sync methods,
-``fs.open`` and the readers that call them use). Listings are the engine's
+config) per event loop the file system runs on, opened there on first use: the
+caller's with ``asynchronous=True``, fsspec's own loop thread otherwise (what the
+sync methods, ``fs.open`` and the readers that call them use). One file system may
+serve several loops (fsspec hands the same instance to every caller with the same
+options: Zarr's loop thread and an application's loop, say). Listings are the engine's
 (``Engine.list_pages``: retried pages, each holding a slot of the budget); a
 directory's listing is kept in fsspec's listings cache, whose sizes and ETags let a
 later read or copy of one of its objects skip discovery and pin every GET.
@@ -51,11 +53,11 @@ def transfer_config(config: object) -> TransferConfig | None:
 
 @dataclass
 class _Opened:
-    """The engine a file system opened, and the loop it runs on (shared with the
-    finalizer, which must not hold the file system itself)."""
+    """The engine a file system opened on one event loop (shared with the finalizer,
+    which must not hold the file system itself)."""
 
+    loop: asyncio.AbstractEventLoop
     engine: Engine | None = None
-    loop: asyncio.AbstractEventLoop | None = None
     task: asyncio.Task[Engine] | None = None
 
 
@@ -65,18 +67,23 @@ async def _close_opened(opened: _Opened) -> None:
         await engine.aclose()
 
 
-def _close_at_exit(opened: _Opened) -> None:
-    """Close an engine whose file system is gone, on its loop if that still runs."""
-    loop = opened.loop
-    if opened.engine is None or loop is None or loop.is_closed() or not loop.is_running():
-        return
-    with contextlib.suppress(Exception):  # at exit or in a collection: best effort
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:  # another thread: wait for it, briefly
-            sync(loop, _close_opened, opened, timeout=5)
-        else:  # on a loop (its own, or another's): hand it over, never block one
-            asyncio.run_coroutine_threadsafe(_close_opened(opened), loop)
+def _close_all(engines: dict[asyncio.AbstractEventLoop, _Opened]) -> None:
+    """Close each engine on its loop, where that loop still runs (a closed loop took
+    its engine's connections with it)."""
+    try:
+        running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    for opened in list(engines.values()):
+        loop = opened.loop
+        if opened.engine is None or loop.is_closed() or not loop.is_running():
+            continue
+        with contextlib.suppress(Exception):  # at exit or in a collection: best effort
+            if running is None:  # no loop in this thread: wait for it, briefly
+                sync(loop, _close_opened, opened, timeout=5)
+            else:  # on a loop (its own, or another's): hand it over, never block one
+                asyncio.run_coroutine_threadsafe(_close_opened(opened), loop)
+    engines.clear()
 
 
 class AsyncdlFileSystem(AsyncFileSystem):  # type: ignore[misc]  # fsspec is untyped
@@ -87,9 +94,11 @@ class AsyncdlFileSystem(AsyncFileSystem):  # type: ignore[misc]  # fsspec is unt
     ``storage_options``: ``config`` (a :class:`~asyncdl.TransferConfig` or a dict of
     its fields), ``endpoint_url``, ``region``, ``profile``, ``unsigned`` (``anon``,
     s3fs's name for it, too), as :class:`~asyncdl.Engine` takes them; or ``engine``,
-    an Engine of the caller's (used as it is, never closed). The engine the file
-    system creates opens on first use and closes with :meth:`close` (or when the file
-    system is collected).
+    an Engine of the caller's (used as it is, never closed). Else the file system
+    opens an engine on first use on each event loop it runs on (fsspec's loop thread
+    for the sync methods, the caller's with ``asynchronous=True``), shared by every
+    call there; :meth:`aclose` and :meth:`close` close them, and so does the file
+    system's collection.
     """
 
     protocol = ("asyncdl",)
@@ -139,8 +148,8 @@ class AsyncdlFileSystem(AsyncFileSystem):  # type: ignore[misc]  # fsspec is unt
         super().__init__(asynchronous=asynchronous, loop=loop, batch_size=batch_size, **options)
         self._settings = settings
         self._given = engine
-        self._opened = _Opened()
-        weakref.finalize(self, _close_at_exit, self._opened)
+        self._engines: dict[asyncio.AbstractEventLoop, _Opened] = {}
+        weakref.finalize(self, _close_all, self._engines)
 
     # -- the engine -------------------------------------------------------------------
 
@@ -151,28 +160,23 @@ class AsyncdlFileSystem(AsyncFileSystem):  # type: ignore[misc]  # fsspec is unt
         return (config or TransferConfig()).chunk_size
 
     async def engine(self) -> Engine:
-        """The engine, opened on the running loop (on first use)."""
+        """The engine of the running loop, opened on first use there: one per event
+        loop, since an engine's connections belong to the loop that opened them."""
         if self._given is not None:
             return self._given
         loop = asyncio.get_running_loop()
-        opened = self._opened
-        if opened.task is None or opened.loop is not loop:
-            if opened.task is not None and opened.loop is not None:
-                if not opened.loop.is_closed():
-                    raise RuntimeError(
-                        "this file system's engine runs on another event loop: use one "
-                        "file system per loop (fsspec.filesystem(..., "
-                        "skip_instance_cache=True))"
-                    )
-                opened.engine = None  # its loop is gone, and its connections with it
+        engines = self._engines
+        for gone in [old for old in engines if old.is_closed()]:
+            del engines[gone]  # its connections went with its loop
+        opened = engines.setdefault(loop, _Opened(loop))
+        if opened.task is None:
             engine = Engine(**self._settings)
-            opened.engine, opened.loop = engine, loop
 
             async def opening() -> Engine:
                 await engine.open()
                 return engine
 
-            opened.task = loop.create_task(opening())
+            opened.engine, opened.task = engine, loop.create_task(opening())
         task = opened.task
         try:
             return await asyncio.shield(task)
@@ -182,14 +186,16 @@ class AsyncdlFileSystem(AsyncFileSystem):  # type: ignore[misc]  # fsspec is unt
             raise
 
     async def aclose(self) -> None:
-        """Close the engine the file system opened (an engine passed in stays open);
-        the next call opens a new one."""
-        await _close_opened(self._opened)
+        """Close the engine the file system opened on the running loop (an engine
+        passed in stays open); the next call there opens a new one."""
+        opened = self._engines.pop(asyncio.get_running_loop(), None)
+        if opened is not None:
+            await _close_opened(opened)
 
     def close(self) -> None:
-        """:meth:`aclose` from sync code (the file system runs on fsspec's loop)."""
-        if self._opened.loop is not None and not self._opened.loop.is_closed():
-            sync(self._opened.loop, self.aclose)
+        """Close every engine the file system opened, each on its loop (from sync
+        code: fsspec's loop thread, where a sync file system runs, say)."""
+        _close_all(self._engines)
 
     async def open_reader(
         self, bucket: str, key: str, block_size: int, blocks: int, *, first_block: FirstBlock
