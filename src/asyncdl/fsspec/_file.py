@@ -12,7 +12,8 @@ type is fsspec's own, over a reader that keeps one block.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import asyncio
+from typing import Any, Protocol
 
 from fsspec.asyn import sync
 from fsspec.spec import AbstractBufferedFile
@@ -21,8 +22,20 @@ from ..config import MiB
 from ..random_access import MIN_BLOCK_SIZE, FirstBlock, RandomAccessReader
 from ._paths import split, translated
 
-if TYPE_CHECKING:
-    from ._filesystem import AsyncdlFileSystem
+
+class _ReaderSource(Protocol):
+    """What a file needs of its file system (``AsyncdlFileSystem``)."""
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+
+    @property
+    def chunk_size(self) -> int: ...
+
+    async def open_reader(
+        self, bucket: str, key: str, block_size: int, blocks: int, *, first_block: FirstBlock
+    ) -> RandomAccessReader: ...
+
 
 #: The reader's block when the caller names none: as the engine's reader.
 DEFAULT_BLOCK_SIZE = 1 * MiB
@@ -63,7 +76,7 @@ class AsyncdlFile(AbstractBufferedFile):  # type: ignore[misc]  # fsspec is unty
 
     def __init__(
         self,
-        fs: AsyncdlFileSystem,
+        fs: _ReaderSource,
         path: str,
         *,
         block_size: object = None,

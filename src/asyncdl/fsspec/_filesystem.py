@@ -18,17 +18,18 @@ import contextlib
 import os
 import weakref
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
-from fsspec.asyn import AsyncFileSystem, sync
+from fsspec.asyn import AsyncFileSystem
 
 from ..config import TransferConfig
 from ..engine import Engine
 from ..errors import InvalidRequestError, ObjectNotFoundError
 from ..random_access import FirstBlock, RandomAccessReader
+from ._engines import Opened, close_all, close_opened, transfer_config
 from ._file import AsyncdlFile
-from ._paths import dir_info, file_info, parent, read_only, split, strip, translated
+from ._paths import dir_info, file_info, parent, read_only, split, strip, translated, within
+from ._read_only import ReadOnly
 
 #: fsspec's own options (its listings cache): passed on to it, not to the engine.
 _LISTING_OPTIONS = ("use_listings_cache", "listings_expiry_time", "max_paths")
@@ -38,55 +39,7 @@ _SETTINGS = "config, endpoint_url, region, profile, unsigned (or anon), engine"
 _NO_LIMIT = 2**62
 
 
-def transfer_config(config: object) -> TransferConfig | None:
-    """``config`` as ``storage_options`` carry it: a TransferConfig, a dict of its
-    fields (what a JSON or YAML file of options holds), or None."""
-    if config is None or isinstance(config, TransferConfig):
-        return config
-    if isinstance(config, Mapping):
-        try:
-            return TransferConfig(**config)
-        except TypeError as exc:  # a field TransferConfig does not have
-            raise ValueError(f"config: {exc}") from None
-    raise ValueError(f"config must be a TransferConfig or a dict of its fields, got {config!r}")
-
-
-@dataclass
-class _Opened:
-    """The engine a file system opened on one event loop (shared with the finalizer,
-    which must not hold the file system itself)."""
-
-    loop: asyncio.AbstractEventLoop
-    engine: Engine | None = None
-    task: asyncio.Task[Engine] | None = None
-
-
-async def _close_opened(opened: _Opened) -> None:
-    engine, opened.engine, opened.task = opened.engine, None, None
-    if engine is not None:
-        await engine.aclose()
-
-
-def _close_all(engines: dict[asyncio.AbstractEventLoop, _Opened]) -> None:
-    """Close each engine on its loop, where that loop still runs (a closed loop took
-    its engine's connections with it)."""
-    try:
-        running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-    except RuntimeError:
-        running = None
-    for opened in list(engines.values()):
-        loop = opened.loop
-        if opened.engine is None or loop.is_closed() or not loop.is_running():
-            continue
-        with contextlib.suppress(Exception):  # at exit or in a collection: best effort
-            if running is None:  # no loop in this thread: wait for it, briefly
-                sync(loop, _close_opened, opened, timeout=5)
-            else:  # on a loop (its own, or another's): hand it over, never block one
-                asyncio.run_coroutine_threadsafe(_close_opened(opened), loop)
-    engines.clear()
-
-
-class AsyncdlFileSystem(AsyncFileSystem):  # type: ignore[misc]  # fsspec is untyped
+class AsyncdlFileSystem(ReadOnly, AsyncFileSystem):  # type: ignore[misc]  # fsspec is untyped
     """S3 through asyncdl's engine, read-only, as an fsspec file system: paths are
     ``bucket/key`` (``asyncdl://bucket/key`` as a URL; ``s3://`` too once
     :func:`~asyncdl.fsspec.register_as_s3` routes it here).
@@ -148,8 +101,8 @@ class AsyncdlFileSystem(AsyncFileSystem):  # type: ignore[misc]  # fsspec is unt
         super().__init__(asynchronous=asynchronous, loop=loop, batch_size=batch_size, **options)
         self._settings = settings
         self._given = engine
-        self._engines: dict[asyncio.AbstractEventLoop, _Opened] = {}
-        weakref.finalize(self, _close_all, self._engines)
+        self._engines: dict[asyncio.AbstractEventLoop, Opened] = {}
+        weakref.finalize(self, close_all, self._engines)
 
     # -- the engine -------------------------------------------------------------------
 
@@ -168,7 +121,7 @@ class AsyncdlFileSystem(AsyncFileSystem):  # type: ignore[misc]  # fsspec is unt
         engines = self._engines
         for gone in [old for old in engines if old.is_closed()]:
             del engines[gone]  # its connections went with its loop
-        opened = engines.setdefault(loop, _Opened(loop))
+        opened = engines.setdefault(loop, Opened(loop))
         if opened.task is None:
             engine = Engine(**self._settings)
 
@@ -190,12 +143,12 @@ class AsyncdlFileSystem(AsyncFileSystem):  # type: ignore[misc]  # fsspec is unt
         passed in stays open); the next call there opens a new one."""
         opened = self._engines.pop(asyncio.get_running_loop(), None)
         if opened is not None:
-            await _close_opened(opened)
+            await close_opened(opened)
 
     def close(self) -> None:
         """Close every engine the file system opened, each on its loop (from sync
         code: fsspec's loop thread, where a sync file system runs, say)."""
-        _close_all(self._engines)
+        close_all(self._engines)
 
     async def open_reader(
         self, bucket: str, key: str, block_size: int, blocks: int, *, first_block: FirstBlock
@@ -402,7 +355,7 @@ class AsyncdlFileSystem(AsyncFileSystem):  # type: ignore[misc]  # fsspec is unt
             raise IsADirectoryError(path)
         size, etag = info["size"], info["ETag"]
         bucket, key = split(path)
-        cut = [_within(s, e, size) for s, e in ranges]
+        cut = [within(s, e, size) for s, e in ranges]
         return await engine.read_ranges(bucket, key, cut, size=size, etag=etag, max_gap=max_gap)
 
     async def _cat_ranges(  # noqa: PLR0917 - fsspec's signature
@@ -494,49 +447,3 @@ class AsyncdlFileSystem(AsyncFileSystem):  # type: ignore[misc]  # fsspec is unt
             cache_options=cache_options,
             first_block=kwargs.pop("first_block", None),
         )
-
-    # -- writes: refused ----------------------------------------------------------------
-
-    async def _pipe_file(self, path: str, value: Any, **kwargs: Any) -> None:
-        raise read_only(path, "write an object")
-
-    async def _pipe(self, path: Any, value: Any = None, **kwargs: Any) -> None:
-        raise read_only(path, "write an object")
-
-    async def _put_file(self, lpath: str, rpath: str, **kwargs: Any) -> None:
-        raise read_only(rpath, "upload a file")
-
-    async def _put(self, lpath: Any, rpath: Any, **kwargs: Any) -> None:
-        raise read_only(rpath, "upload a file")
-
-    async def _cp_file(self, path1: str, path2: str, **kwargs: Any) -> None:
-        raise read_only(path2, "copy an object")
-
-    async def _copy(self, path1: Any, path2: Any, **kwargs: Any) -> None:
-        raise read_only(path2, "copy an object")
-
-    async def _rm_file(self, path: str, **kwargs: Any) -> None:
-        raise read_only(path, "remove an object")
-
-    async def _rm(self, path: Any, recursive: bool = False, **kwargs: Any) -> None:
-        raise read_only(path, "remove an object")
-
-    async def _mkdir(self, path: str, create_parents: bool = True, **kwargs: Any) -> None:
-        raise read_only(path, "make a directory")
-
-    async def _makedirs(self, path: str, exist_ok: bool = False) -> None:
-        raise read_only(path, "make a directory")
-
-    def rmdir(self, path: str) -> None:
-        raise read_only(path, "remove a directory")
-
-    def touch(self, path: str, truncate: bool = True, **kwargs: Any) -> None:
-        raise read_only(path, "write an object")
-
-
-def _within(start: int | None, end: int | None, size: int) -> tuple[int, int]:
-    """fsspec's ``[start, end)`` (``None`` ends, negative from the end) cut to ``size``."""
-    begin = 0 if start is None else start + size if start < 0 else start
-    stop = size if end is None else end + size if end < 0 else end
-    begin = min(max(begin, 0), size)
-    return begin, min(max(stop, begin), size)

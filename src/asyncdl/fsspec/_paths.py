@@ -74,3 +74,11 @@ def translated(path: str) -> Iterator[None]:
         raise FileNotFoundError(errno.ENOENT, str(exc), path) from exc
     except AccessDeniedError as exc:
         raise PermissionError(errno.EACCES, str(exc), path) from exc
+
+
+def within(start: int | None, end: int | None, size: int) -> tuple[int, int]:
+    """fsspec's ``[start, end)`` (``None`` ends, negative from the end) cut to ``size``."""
+    begin = 0 if start is None else start + size if start < 0 else start
+    stop = size if end is None else end + size if end < 0 else end
+    begin = min(max(begin, 0), size)
+    return begin, min(max(stop, begin), size)
