@@ -54,6 +54,30 @@ def _parquet() -> bytes:
     return out.getvalue()
 
 
+def _zarr(prefix: str) -> dict[str, bytes]:
+    """A Zarr (v3) array of 365 x 100 float32 (a year of 100 sensors' daily readings),
+    in chunks of 10 x 10: its metadata and 370 chunk objects, keys under ``prefix``."""
+    import numpy as np  # noqa: PLC0415 - only this array needs them
+    import zarr  # noqa: PLC0415
+    from zarr.core.buffer import default_buffer_prototype  # noqa: PLC0415
+    from zarr.core.sync import sync  # noqa: PLC0415
+    from zarr.storage import MemoryStore  # noqa: PLC0415
+
+    store = MemoryStore()
+    array = zarr.create_array(store=store, shape=(365, 100), chunks=(10, 10), dtype="f4")
+    array[:] = (np.arange(365 * 100, dtype="f4") % 40).reshape(365, 100)
+
+    async def read_all() -> dict[str, bytes]:
+        out = {}
+        async for key in store.list():
+            buffer = await store.get(key, prototype=default_buffer_prototype())
+            assert buffer is not None
+            out[f"{prefix}{key}"] = buffer.to_bytes()
+        return out
+
+    return sync(read_all())
+
+
 #: Key -> body.
 OBJECTS: dict[str, bytes] = {
     "path/to/key": _bytes(1000, 0),
@@ -78,6 +102,7 @@ OBJECTS: dict[str, bytes] = {
     "checked/data.bin": _bytes(5 * MiB, 7),
     "archives/logs.zip": _zip(),
     "tables/sales.parquet": _parquet(),
+    **_zarr("arrays/readings.zarr/"),
 }
 
 #: Keys stored with a whole-object checksum of this algorithm (S3's own); the others

@@ -1,0 +1,63 @@
+"""The engines of asyncdl's fsspec file system: one per event loop it runs on,
+opened there on first use (an engine's connections belong to the loop that opened
+them), closed each on its own loop; and ``config`` as ``storage_options`` carry it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from fsspec.asyn import sync
+
+from ..config import TransferConfig
+from ..engine import Engine
+
+
+def transfer_config(config: object) -> TransferConfig | None:
+    """``config`` as ``storage_options`` carry it: a TransferConfig, a dict of its
+    fields (what a JSON or YAML file of options holds), or None."""
+    if config is None or isinstance(config, TransferConfig):
+        return config
+    if isinstance(config, Mapping):
+        try:
+            return TransferConfig(**config)
+        except TypeError as exc:  # a field TransferConfig does not have
+            raise ValueError(f"config: {exc}") from None
+    raise ValueError(f"config must be a TransferConfig or a dict of its fields, got {config!r}")
+
+
+@dataclass
+class Opened:
+    """The engine a file system opened on one event loop (shared with the finalizer,
+    which must not hold the file system itself)."""
+
+    loop: asyncio.AbstractEventLoop
+    engine: Engine | None = None
+    task: asyncio.Task[Engine] | None = None
+
+
+async def close_opened(opened: Opened) -> None:
+    engine, opened.engine, opened.task = opened.engine, None, None
+    if engine is not None:
+        await engine.aclose()
+
+
+def close_all(engines: dict[asyncio.AbstractEventLoop, Opened]) -> None:
+    """Close each engine on its loop, where that loop still runs (a closed loop took
+    its engine's connections with it)."""
+    try:
+        running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    for opened in list(engines.values()):
+        loop = opened.loop
+        if opened.engine is None or loop.is_closed() or not loop.is_running():
+            continue
+        with contextlib.suppress(Exception):  # at exit or in a collection: best effort
+            if running is None:  # no loop in this thread: wait for it, briefly
+                sync(loop, close_opened, opened, timeout=5)
+            else:  # on a loop (its own, or another's): hand it over, never block one
+                asyncio.run_coroutine_threadsafe(close_opened(opened), loop)
+    engines.clear()
