@@ -192,7 +192,7 @@ async def obstore_client(plan: dict[str, Any], stack: AsyncExitStack, kind: str)
 
 
 async def s3fs_client(plan: dict[str, Any], stack: AsyncExitStack, kind: str) -> Client:
-    import s3fs  # type: ignore[import-untyped]  # noqa: PLC0415
+    import s3fs  # noqa: PLC0415
 
     bucket, endpoint = plan["bucket"], plan["endpoint"]
     if not kind:
