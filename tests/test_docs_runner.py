@@ -141,7 +141,8 @@ def test_the_extras_of_an_install_from_a_checkout_or_a_wheel_are_checked() -> No
         "pip install 'asyncdl[no-such-extra]'",
     ]:
         refusal = _shell_refusal(line)
-        assert refusal is not None and "no-such-extra" in refusal, line
+        assert refusal is not None, line
+        assert "no-such-extra" in refusal, line
     for line in [
         "pip install -e '.[cli,demo]'",
         "pip install '.nox/build/tmp/dist/asyncdl-0.1.0-py3-none-any.whl[cli]'",
