@@ -8,9 +8,11 @@ real deployment sets them):
   into ``python -m asyncio``: top-level ``await`` is allowed and runs on one event loop
   that lasts the whole page; a block may also call ``asyncio.run`` itself;
 - its ``sh`` blocks run in ``bash -euo pipefail`` with ``asyncdl`` on the PATH;
-  ``pip install`` lines are not run: the extras they name must exist in
-  ``pyproject.toml``; nor are ``python3 -m nox`` lines (the suite cannot run itself):
-  the sessions they name must exist in ``noxfile.py``;
+  ``pip install`` lines are not run: the extras they name (``asyncdl[cli]``, a
+  checkout's ``.[cli]``, a wheel's ``...whl[cli]``) must exist in ``pyproject.toml``;
+  nor are ``python3 -m nox`` lines (the suite cannot run itself): the sessions they
+  name must exist in ``noxfile.py``; nor are the lines that make and enter a virtual
+  environment (``python3 -m venv DIR``, ``. DIR/bin/activate``): the suite runs in one;
 - ``https://downloads.example.com/`` in an example stands for a plain web server and is
   served from the bucket; ``http://localhost:9000`` (MinIO's own address) stands for the
   S3-compatible store, the test server;
@@ -58,7 +60,11 @@ KNOWN = RUN | {"text", "console", "toml", "yaml", "json", "mermaid", "http", "in
 
 _FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^`]*)$")
 _PIP = re.compile(r"^\s*(?:python3? -m )?pip install (?P<args>.*)$")
-_EXTRAS = re.compile(r"asyncdl\[(?P<extras>[^\]]*)\]")
+#: The extras of what a pip line installs: ``asyncdl[...]``, a checkout's ``.[...]`` or a
+#: wheel's ``....whl[...]``.
+_EXTRAS = re.compile(r"(?:\basyncdl|(?<![\w.])\.|\.whl)\[(?P<extras>[^\]]*)\]")
+#: A line that makes or enters a virtual environment.
+_VENV = re.compile(r"^\s*(?:python3? -m venv \S+|(?:\.|source) \S+/bin/activate)\s*(?:#.*)?$")
 _NOX = re.compile(
     r"^\s*(?:python3 -m pip install --upgrade nox && )?"  # the Quick start's form
     r"python3 -m nox -s (?P<sessions>[\w ]+?)(?:\s+--.*|\s*#.*)?$"
@@ -201,6 +207,9 @@ def _shell(code: str, where: str) -> str:
                 f"{where}: write installs as 'pip install ...' and nox as "
                 f"'python3 -m nox -s ...' on a line of their own: {line}"
             )
+        if _VENV.match(line):
+            kept.append(":")
+            continue
         if nox is not None:
             unknown = set(nox["sessions"].split()) - _sessions()
             if unknown:

@@ -59,8 +59,7 @@ def test_every_block_is_run_or_plainly_not_code() -> None:
 
 
 def _site_markdown() -> tuple[list[str], dict[str, Any]]:
-    """mkdocs.yml's Markdown extensions, less those that need the site (the click
-    directive) or that ``source`` has done (snippets)."""
+    """mkdocs.yml's Markdown extensions, less the one ``source`` has done (snippets)."""
 
     class Loader(yaml.SafeLoader):
         pass
@@ -76,7 +75,7 @@ def _site_markdown() -> tuple[list[str], dict[str, Any]]:
     configs: dict[str, Any] = {}
     for entry in site["markdown_extensions"]:
         name, config = next(iter(entry.items())) if isinstance(entry, dict) else (entry, None)
-        if name in ("mkdocs-click", "pymdownx.snippets"):
+        if name == "pymdownx.snippets":
             continue
         names.append(name)
         if config:

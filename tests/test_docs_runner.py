@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from .docs_runner import _check_output, _run_blocks, blocks, on_screen
+from .docs_runner import _check_output, _run_blocks, _shell, blocks, on_screen
 
 
 def _refused(printed: str, shown: str, *, unordered: bool = False) -> bool:
@@ -123,3 +123,37 @@ def test_the_unordered_class_is_read_from_the_fence(loop: asyncio.AbstractEventL
     assert _run(code + "```text {.unordered}\na\nb\n```\n", loop) is None
     assert _run(code + "```text\na\nb\n```\n", loop) is not None
     assert _run(code + "```text {.unordered}\na\nc\n```\n", loop) is not None
+
+
+def _shell_refusal(code: str) -> str | None:
+    try:
+        _shell(code, "page.md:1")
+    except SystemExit as refused:
+        return str(refused)
+    return None
+
+
+def test_the_extras_of_an_install_from_a_checkout_or_a_wheel_are_checked() -> None:
+    # The forms a reader uses before asyncdl is on PyPI: each names extras that must exist.
+    for line in [
+        "pip install -e '.[cli,no-such-extra]'",
+        "pip install '.nox/build/tmp/dist/asyncdl-0.1.0-py3-none-any.whl[no-such-extra]'",
+        "pip install 'asyncdl[no-such-extra]'",
+    ]:
+        refusal = _shell_refusal(line)
+        assert refusal is not None, line
+        assert "no-such-extra" in refusal, line
+    for line in [
+        "pip install -e '.[cli,demo]'",
+        "pip install '.nox/build/tmp/dist/asyncdl-0.1.0-py3-none-any.whl[cli]'",
+        "pip install asyncdl",
+    ]:
+        assert _shell_refusal(line) is None, line
+        assert _shell(line, "page.md:1") == ":\n"
+
+
+def test_making_and_entering_a_virtual_environment_is_shown_not_run() -> None:
+    # The suite already runs in one; making another would cost seconds per page and
+    # entering it would hide the command under test.
+    script = "python3 -m venv .venv\n. .venv/bin/activate\nsource .venv/bin/activate\nls\n"
+    assert _shell(script, "page.md:1") == ":\n:\n:\nls\n"

@@ -35,9 +35,26 @@ async def download(
     """Download ``s3://bucket/key`` to ``path`` and return what was written.
 
     Opens an :class:`Engine` for this one call; to download many objects, keep one
-    engine open instead (it reuses its client and connections). ``config``, ``client``
-    and the settings of the client it creates (``endpoint_url``, ``region``,
-    ``profile``, ``unsigned``) are :class:`Engine`'s.
+    engine open instead (it reuses its client and connections). The arguments are
+    :meth:`Engine.download`'s and :class:`Engine`'s.
+
+    Args:
+        bucket: The bucket's name.
+        key: The object's key.
+        path: The file to write; its directory must exist.
+        strategy: As for :meth:`Engine.download`.
+        config: The engine's :class:`TransferConfig`.
+        client: An aiobotocore S3 client to borrow, as for :class:`Engine`.
+        extra_args: GetObject arguments, as for :meth:`Engine.download`.
+        size: The object's size, when known, as for :meth:`Engine.download`.
+        etag: The object's ETag, when known.
+        timeout: Seconds for the whole download.
+        checksum: The object's checksum, when known.
+        progress: Called as bytes reach the file, as for :meth:`Engine.download`.
+        endpoint_url: For the client the engine creates, as for :class:`Engine`.
+        region: For the client the engine creates.
+        profile: For the client the engine creates.
+        unsigned: Read a public bucket anonymously, as for :class:`Engine`.
     """
     engine = Engine(
         client,

@@ -8,7 +8,7 @@ Those take the engine's :class:`~asyncdl.context.Context`, never the engine.
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncGenerator, AsyncIterable, Callable, Iterable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterable, Callable, Iterable
 from contextlib import AsyncExitStack
 from types import TracebackType
 from typing import Any, Self
@@ -21,7 +21,6 @@ from .clients import ClientRetries, create_default_client
 from .config import TransferConfig
 from .context import Context
 from .engine_reads import MemoryReads
-from .object_info import ObjectInfo, head
 from .progress import ProgressCallback, with_total
 from .request_args import ExtraArgs
 from .results import DownloadResult
@@ -37,14 +36,19 @@ class Engine(MemoryReads):
     Use it as ``async with Engine() as engine:``. Without ``client`` the engine
     creates one from the default aiobotocore session (standard AWS environment and
     config files) and closes it on exit; a client passed in is borrowed, never closed.
+    The settings of the client it creates are ``ValueError`` with a ``client``.
 
-    The settings of the client it creates override what the environment says:
-    ``endpoint_url`` (an S3-compatible store's), ``region``, ``profile`` (a profile
-    of the AWS config files, over ``AWS_PROFILE``; one neither file has fails as the
-    engine opens). ``unsigned=True`` reads a public bucket anonymously, as
-    ``aws s3 --no-sign-request``: no credentials are looked up, and none are sent even
-    when the environment has some. With a ``client``, these are ``ValueError``: they
-    would change nothing.
+    Args:
+        client: An aiobotocore S3 client to borrow, used as it is; ``None`` to create one.
+        config: The settings of every download, stream and listing; ``TransferConfig()``.
+        endpoint_url: An S3-compatible store's endpoint (``http://`` or ``https://``),
+            over ``AWS_ENDPOINT_URL_S3`` and the profile's.
+        region: The region requests are signed for, over ``AWS_REGION``,
+            ``AWS_DEFAULT_REGION`` and the profile's.
+        profile: A profile of the AWS config files, over ``AWS_PROFILE``; one neither
+            file has fails as the engine opens.
+        unsigned: Read a public bucket anonymously (``aws s3 --no-sign-request``): no
+            credentials are looked up, and none are sent, whatever the environment has.
     """
 
     def __init__(
@@ -169,34 +173,39 @@ class Engine(MemoryReads):
         """Download ``s3://bucket/key`` to ``path``; return what was written, or raise
         the :class:`DownloadError` (a subclass) that says why it could not be.
 
-        ``strategy``: how the download learns the object's size and ETag:
-        ``"get-first"``, ``"head-first"``, ``"auto"`` (GET-first with a client asyncdl
-        creates), or a :class:`Strategy`. ``extra_args``: GetObject arguments sent with
-        every request of the download (``VersionId``, the ``SSECustomer...`` ones,
-        ``RequestPayer``, ``ExpectedBucketOwner``, ``ChecksumMode``); any other raises
-        :class:`InvalidRequestError` before anything is sent.
-
-        ``progress(delta, total)`` or ``progress(delta)`` (sync or async, as boto3's
-        ``Callback`` and tqdm's ``update``) is called as bytes reach the file, with the
-        object's size as ``total``; bytes a download discards are reported back as a
-        negative delta.
-
-        ``checksum`` (``"CRC64NVME:base64..."``) is S3's checksum of the object when
-        the caller knows it; the bytes are checked against it per ``config.validate``.
-
-        ``timeout`` bounds the whole download, in seconds (retries and backoff
-        included); when it runs out the download is cancelled and cleaned up and a
-        ``DownloadError`` says so.
-
-        ``size`` and ``etag``, when both known (from a listing, say), replace the
-        discovery request: every GET is pinned from the first byte. The target is
-        replaced atomically, only once every byte is on disk; on failure it is left
-        as it was and no temp file remains. With ``config.resume`` a download that
-        writes more than once keeps its partial file on failure (it raises
-        ``TargetBusyError`` if another download holds it), and one that finds an
-        earlier attempt's fetches only what is missing: ``result.reused_bytes`` and
+        The target is replaced atomically, only once every byte is on disk; on failure
+        it is left as it was and no temp file remains. With ``config.resume`` a
+        download that writes more than once keeps its partial file on failure (it
+        raises ``TargetBusyError`` if another download holds it), and one that finds
+        an earlier attempt's fetches only what is missing: ``result.reused_bytes`` and
         ``result.partial_discarded`` tell what became of it (the guide *Resume and
         sync* says more).
+
+        Args:
+            bucket: The bucket's name.
+            key: The object's key, as stored (not percent-encoded).
+            path: The file to write; its directory must exist.
+            strategy: How the download learns the object's size and ETag:
+                ``"get-first"``, ``"head-first"``, ``"auto"`` (GET-first with a client
+                asyncdl creates), or a :class:`Strategy`.
+            extra_args: GetObject arguments sent with every request of the download
+                (``VersionId``, the ``SSECustomer...`` ones, ``RequestPayer``,
+                ``ExpectedBucketOwner``, ``ChecksumMode``); any other raises
+                :class:`InvalidRequestError` before anything is sent.
+            size: The object's size, when known (from a listing, say). With
+                ``etag``, it replaces the discovery request: every GET is pinned
+                from the first byte.
+            etag: The object's ETag, when known; see ``size``.
+            timeout: Seconds for the whole download, retries and backoff included;
+                when they run out the download is cancelled and cleaned up, and a
+                ``DownloadError`` says so.
+            checksum: S3's checksum of the object, when the caller knows it
+                (``"CRC64NVME:base64..."``); the bytes are checked against it per
+                ``config.validate``.
+            progress: ``progress(delta, total)`` or ``progress(delta)``, sync or async
+                (as boto3's ``Callback`` and tqdm's ``update``), called as bytes reach
+                the file, with the object's size as ``total``; bytes a download
+                discards are reported back as a negative delta.
         """
         ctx = self._context
         job = await jobs.check(
@@ -232,13 +241,18 @@ class Engine(MemoryReads):
         Nothing is signed and no credentials are sent: the URL carries what it needs.
         Its query string (a presigned URL's credential) is never shown: the result's
         ``key`` and every error name the URL without it, and ``bucket`` is ``""``.
-        The URL is sent as given, so it must already be percent-encoded.
+        No HEAD can be sent for a checksum (a presigned GET URL is signed for GET only),
+        so an object fetched in several ranges is unverified unless ``checksum`` is
+        given, and ``validate="required"`` fails it. An expired or refused URL raises
+        ``AccessDeniedError``; nothing is written.
 
-        The bytes are checked against ``checksum`` (``"CRC64NVME:base64..."``) when
-        given, or a checksum a whole-object answer carries; no HEAD can be sent for one
-        (a presigned GET URL is signed for GET only), so an object fetched in several
-        ranges is otherwise unverified, and ``validate="required"`` fails it. An
-        expired or refused URL raises ``AccessDeniedError``; nothing is written.
+        Args:
+            url: The URL, sent as given: it must already be percent-encoded.
+            path: The file to write; its directory must exist.
+            timeout: Seconds for the whole download, as for :meth:`download`.
+            checksum: The object's checksum (``"CRC64NVME:base64..."``), when known;
+                otherwise only one a whole-object answer carries is checked.
+            progress: Called as bytes reach the file, as for :meth:`download`.
         """
         job = await jobs.check_url(url, path, timeout=timeout, checksum=checksum)
         return await transfer.run(self._context, job, progress)
@@ -254,7 +268,17 @@ class Engine(MemoryReads):
         prefetch: int | None = None,
     ) -> ObjectStream:
         """The bytes ``[start, end)`` of what ``url`` serves, as :meth:`stream` gives an
-        object's (see :meth:`download_url` for what a URL download does and shows)."""
+        object's (see :meth:`download_url` for what a URL download does and shows).
+
+        Args:
+            url: The URL, sent as given: it must already be percent-encoded.
+            start: The first byte.
+            end: The byte after the last one; ``None`` for the end of the object.
+            progress: Called as bytes arrive, as for :meth:`download`.
+            chunk_size: Bytes per part; ``config.chunk_size`` when not given.
+            prefetch: Parts fetched ahead of the reader; ``config.stream_prefetch``
+                when not given.
+        """
         return ObjectStream(
             self._context,
             "",
@@ -291,14 +315,24 @@ class Engine(MemoryReads):
                     ...
         ```
 
-        Parts of ``chunk_size`` bytes are fetched concurrently (``prefetch`` ahead of
-        the reader, pinned with ``IfMatch``; by default ``config.chunk_size`` and
-        ``config.stream_prefetch``), so memory stays about ``prefetch * chunk_size``
-        (a server of many slow clients wants both small). Closing it (``aclose()``, ``async with``)
-        releases the first answer and cancels the prefetch, whether or not anything was
-        read.
-        ``await stream.open()`` sends the first request and sets ``size``, ``etag``
-        and ``length`` before any byte is read (a web handler's headers, or its 404).
+        Parts are fetched concurrently, ``prefetch`` ahead of the reader and pinned
+        with ``IfMatch``, so memory stays about ``prefetch * chunk_size`` (a server of
+        many slow clients wants both small). Closing it (``aclose()``, ``async with``)
+        releases the first answer and cancels the prefetch, whether or not anything
+        was read. ``await stream.open()`` sends the first request and sets ``size``,
+        ``etag`` and ``length`` before any byte is read (a web handler's headers, or
+        its 404).
+
+        Args:
+            bucket: The bucket's name.
+            key: The object's key.
+            start: The first byte.
+            end: The byte after the last one; ``None`` for the end of the object.
+            extra_args: GetObject arguments, as for :meth:`download`.
+            progress: Called as bytes arrive, as for :meth:`download`.
+            chunk_size: Bytes per part; ``config.chunk_size`` when not given.
+            prefetch: Parts fetched ahead of the reader; ``config.stream_prefetch``
+                when not given.
         """
         return ObjectStream(
             self._context,
@@ -312,30 +346,6 @@ class Engine(MemoryReads):
             prefetch=prefetch,
         )
 
-    async def head(
-        self, bucket: str, key: str, *, extra_args: ExtraArgs | None = None
-    ) -> ObjectInfo:
-        """One HEAD request (the object's size, ETag and headers), through the engine's
-        budget; a missing object raises ``ObjectNotFoundError``."""
-        with own_slots():
-            return await head(self._context, bucket, key, extra_args)
-
-    def list_pages(
-        self,
-        bucket: str,
-        prefix: str = "",
-        *,
-        delimiter: str | None = None,
-        params: Mapping[str, object] | None = None,
-    ) -> AsyncGenerator[dict[str, Any]]:
-        """ListObjectsV2's pages of ``s3://bucket/prefix``, as the engine's own bulk
-        downloads list: a page that fails is retried from its ContinuationToken, each
-        page holds a slot of the budget (a throttled one lowers the adaptive limit) and
-        is counted in :meth:`stats`. ``params``: ListObjectsV2's other arguments
-        (RequestPayer, ExpectedBucketOwner, ...). Close it (``contextlib.aclosing``) when
-        stopping early: the next page is already asked for."""
-        return self._context.list_pages(bucket, prefix, delimiter=delimiter, params=params)
-
     def download_many(
         self,
         items: Iterable[DownloadItem] | AsyncIterable[DownloadItem],
@@ -347,13 +357,20 @@ class Engine(MemoryReads):
     ) -> AsyncGenerator[DownloadResult]:
         """Download every item; yield one result per item, in completion order.
 
-        ``items`` are ``(bucket, key, path)`` tuples or :class:`DownloadRequest`
-        objects, from any iterable or async iterable, pulled only as slots free up.
-        A failed item yields a result whose ``error`` holds the ``DownloadError``;
-        the batch goes on. ``extra_args`` apply to items that carry none of their own.
-        Leaving the loop early cancels what is in flight and removes its temp files
-        (at once with ``contextlib.aclosing``, else when the iterator is collected;
-        with ``config.resume``, partial files stay for the next run).
+        Items are pulled only as slots free up. A failed item yields a result whose
+        ``error`` holds the ``DownloadError``; the batch goes on. Leaving the loop
+        early cancels what is in flight and removes its temp files (at once with
+        ``contextlib.aclosing``, else when the iterator is collected; with
+        ``config.resume``, partial files stay for the next run).
+
+        Args:
+            items: ``(bucket, key, path)`` tuples or :class:`DownloadRequest` objects,
+                from any iterable or async iterable.
+            strategy: As for :meth:`download`.
+            extra_args: GetObject arguments for the items that carry none of their own.
+            timeout: Seconds for each item's download, as for :meth:`download`.
+            progress: Called as bytes reach each item's file, as for :meth:`download`
+                (``total`` is that item's object size).
         """
         return bulk.download_many(
             self._context,
@@ -380,8 +397,6 @@ class Engine(MemoryReads):
     ) -> AsyncGenerator[DownloadResult]:
         """Download every object under ``s3://bucket/prefix`` into ``dest_dir``.
 
-        A ``prefix`` that does not end in ``/`` is the folder: ``"logs"`` means
-        ``logs/``, as in ``asyncdl cp -r`` (not ``logsa`` nor ``logs2/a``).
         Lists with ListObjectsV2 page by page while downloading (a failed page is
         retried as a GET is); each listed size and ETag is passed on, so no object
         needs a discovery request and every GET is pinned. A key that would land
@@ -389,22 +404,37 @@ class Engine(MemoryReads):
         (``p/x`` and ``p/x/y``: a file and a directory), is refused and reported as
         that item's error; folder markers (``.../`` of size 0) are skipped.
 
-        ``skip_existing``: ``"size"`` skips an object whose file is there with the
-        listed size; ``"etag"`` also needs the record made when asyncdl wrote the file
-        to hold the listed ETag and still vouch for the file (the same bucket, key and
-        path under ``dest_dir`` as when written, the same size and mtime: a file
-        changed, moved or copied since is fetched again). A skipped object yields a result
-        with ``skipped=True`` and ``requests=0``, and nothing is sent for it; with either
-        mode every file downloaded is recorded (xattr ``user.asyncdl.etag``, else
-        ``dest_dir/.asyncdl-etags/``). ``filters``: ``("exclude" | "include",
-        pattern)`` pairs with the AWS CLI's meaning, matched against the key relative to
-        ``prefix`` (``*`` matches ``/`` too; the last filter that matches decides); an
-        excluded key is neither downloaded nor yielded.
-
-        ``listed(objects, size)``, when given, is called once the listing has ended
-        (downloads may still run): ``objects`` is the number of results the generator
-        yields in all (refused and skipped ones included), ``size`` the listed bytes
-        of those it downloads. A progress display learns its totals from it.
+        Args:
+            bucket: The bucket's name.
+            prefix: The folder: one that does not end in ``/`` means it with one
+                (``"logs"`` is ``logs/``, as in ``asyncdl cp -r``; not ``logsa`` nor
+                ``logs2/a``).
+            dest_dir: The directory each key lands under, by its part after
+                ``prefix``.
+            strategy: As for :meth:`download`.
+            extra_args: GetObject arguments for every object, as for :meth:`download`.
+            timeout: Seconds for each object's download, as for :meth:`download`.
+            progress: Called as bytes reach each object's file, as for
+                :meth:`download` (``total`` is that object's size; ``listed`` gives
+                the totals of the whole prefix).
+            skip_existing: ``"size"`` skips an object whose file is there with the
+                listed size; ``"etag"`` also needs the record made when asyncdl wrote
+                the file to hold the listed ETag and still vouch for the file (the
+                same bucket, key and path under ``dest_dir`` as when written, the same
+                size and mtime: a file changed, moved or copied since is fetched
+                again). A skipped object yields a result with ``skipped=True`` and
+                ``requests=0``, and nothing is sent for it; with either mode every
+                file downloaded is recorded (xattr ``user.asyncdl.etag``, else
+                ``dest_dir/.asyncdl-etags/``).
+            filters: ``("exclude" | "include", pattern)`` pairs with the AWS CLI's
+                meaning, matched against the key relative to ``prefix`` (``*``
+                matches ``/`` too; the last filter that matches decides); an excluded
+                key is neither downloaded nor yielded.
+            listed: ``listed(objects, size)``, called once the listing has ended
+                (downloads may still run): ``objects`` is the number of results the
+                generator yields in all (refused and skipped ones included), ``size``
+                the listed bytes of those it downloads. A progress display learns its
+                totals from it.
         """
         return bulk.download_prefix(
             self._context,

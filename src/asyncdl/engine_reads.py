@@ -1,18 +1,21 @@
-"""The engine's reads that are not downloads nor streams: a whole (small) object into
-memory, many byte ranges of one object pinned to one version, a URL as a file to
-read at any offset. :class:`~asyncdl.Engine` inherits them; each hands on to the
-module that does the work (``range_reads``, ``random_access``)."""
+"""The engine's reads that are not downloads nor streams: an object's HEAD, a listing's
+pages, a whole (small) object into memory, many byte ranges of one object pinned to one
+version, an object or a URL as a file to read at any offset. :class:`~asyncdl.Engine`
+inherits them; each hands on to the module that does the work (``object_info``,
+``listing`` through the context, ``range_reads``, ``random_access``)."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable
+from collections.abc import AsyncGenerator, Iterable, Mapping
+from typing import Any
 
-from . import range_reads
+from . import object_info, range_reads
 from .adaptive import own_slots
 from .config import is_int_at_least
 from .context import Context
 from .errors import DownloadError, InvalidRequestError
+from .object_info import ObjectInfo
 from .random_access import FirstBlock, RandomAccessReader
 from .request_args import ExtraArgs
 from .streaming import ObjectStream
@@ -34,6 +37,48 @@ class MemoryReads:
         for a service that opens it at start-up and calls :meth:`aclose` at shutdown."""
         await self._open()
 
+    async def head(
+        self, bucket: str, key: str, *, extra_args: ExtraArgs | None = None
+    ) -> ObjectInfo:
+        """One HEAD request (the object's size, ETag and headers), through the engine's
+        budget; a missing object raises ``ObjectNotFoundError``.
+
+        Args:
+            bucket: The bucket's name.
+            key: The object's key.
+            extra_args: HeadObject's arguments among those :meth:`download` takes
+                (``VersionId``, the ``SSECustomer...`` ones, ...).
+        """
+        with own_slots():
+            return await object_info.head(self._context, bucket, key, extra_args)
+
+    def list_pages(
+        self,
+        bucket: str,
+        prefix: str = "",
+        *,
+        delimiter: str | None = None,
+        params: Mapping[str, object] | None = None,
+    ) -> AsyncGenerator[dict[str, Any]]:
+        """ListObjectsV2's pages of ``s3://bucket/prefix``, as the engine's own bulk
+        downloads list: a page that fails is retried from its ContinuationToken, each
+        page holds a slot of the budget (a throttled one lowers the adaptive limit) and
+        is counted in :meth:`stats`. Close it (``contextlib.aclosing``) when stopping
+        early: the next page is already asked for.
+
+        Args:
+            bucket: The bucket's name.
+            prefix: The keys' prefix, as given (``"logs"`` also lists ``logs-old/``).
+            delimiter: ListObjectsV2's ``Delimiter`` (``"/"`` for one level, with its
+                ``CommonPrefixes``).
+            params: ListObjectsV2's other arguments (``RequestPayer``,
+                ``ExpectedBucketOwner``, ...).
+
+        Yields:
+            Each page, as aiobotocore returns it (``Contents``, ``CommonPrefixes``, ...).
+        """
+        return self._context.list_pages(bucket, prefix, delimiter=delimiter, params=params)
+
     def open_reader(
         self,
         bucket: str,
@@ -51,16 +96,31 @@ class MemoryReads:
         ``f = await engine.open_reader(...)``.
 
         Opening sends one GET (no HEAD), which brings ``size`` and ``etag``; every
-        later GET is pinned to that ETag. It asks for the first block, or with
-        ``first_block="end"`` for the last one: the first read of a format that keeps
-        its index at the end (a Parquet footer, a ZIP's central directory) then needs
-        no GET of its own. Given both ``size`` and ``etag`` (from a listing), opening
-        sends nothing and the first read's GET is pinned already. Reads go through an
-        LRU cache of ``cache_blocks`` blocks of ``block_size`` bytes (default 16 of
-        1 MiB), and fetch blocks ahead when they are sequential;
-        :meth:`RandomAccessReader.read_ranges` reads many ranges at once. ``extra_args``
-        as for :meth:`download`. The guide *Random access* shows it with ``zipfile``
-        and ``pyarrow``.
+        later GET is pinned to that ETag. Reads go through an LRU cache of blocks, and
+        fetch blocks ahead when they are sequential;
+        :meth:`RandomAccessReader.read_ranges` reads many ranges at once. The guide
+        *Random access* shows it with ``zipfile`` and ``pyarrow``.
+
+        Args:
+            bucket: The bucket's name.
+            key: The object's key.
+            block_size: Bytes per block, the unit of a GET and of the cache, from
+                4 KiB to ``config.chunk_size``; 1 MiB (or the chunk size, if smaller)
+                when not given.
+            cache_blocks: Blocks the cache keeps, 1 to 10,000; 16 when not given.
+                Memory is about ``block_size * cache_blocks`` per reader.
+            extra_args: GetObject arguments, as for :meth:`download`.
+            size: The object's size, when known (from a listing). Given with
+                ``etag``, opening sends nothing, and the first read's GET is pinned
+                already.
+            etag: The object's ETag, when known; see ``size``.
+            first_block: The block the opening GET asks for: ``"start"``, or
+                ``"end"`` for the last one, so that the first read of a format that
+                keeps its index at the end (a Parquet footer, a ZIP's central
+                directory) needs no GET of its own.
+
+        Returns:
+            The reader, not yet open: ``async with`` it, or ``await`` it.
         """
         return RandomAccessReader(
             self._context,
@@ -82,9 +142,17 @@ class MemoryReads:
         max_size: int = 64 * 1024 * 1024,
         extra_args: ExtraArgs | None = None,
     ) -> bytes:
-        """The whole object in memory; an object larger than ``max_size`` raises a
-        :class:`DownloadError` (after at most ``max_size + 1`` bytes) instead of
-        filling memory."""
+        """The whole object in memory, checked as a stream of the whole object is (the
+        guide *Integrity* says against what).
+
+        Args:
+            bucket: The bucket's name.
+            key: The object's key.
+            max_size: The most bytes to hold: a larger object raises a
+                :class:`DownloadError` (after at most ``max_size + 1`` bytes) instead
+                of filling memory.
+            extra_args: GetObject arguments, as for :meth:`download`.
+        """
         if not is_int_at_least(max_size, 0):
             raise InvalidRequestError(
                 f"max_size must be an int >= 0, got {max_size!r}", bucket=bucket, key=key
@@ -121,8 +189,8 @@ class MemoryReads:
         max_gap: int | None = None,
         max_request: int | None = None,
     ) -> list[bytes]:
-        """The bytes of each ``(start, end)`` of ``ranges`` (half-open: ``(0, 4)`` is the
-        first four bytes), in the order given, all from one version of the object.
+        """The bytes of each range, in the order given, all from one version of the
+        object.
 
         ```python
         import asyncdl
@@ -134,21 +202,33 @@ class MemoryReads:
         assert header == footer[-4:] == b"PAR1"
         ```
 
-        Ranges may come in any order and overlap; an empty one (``start == end``) is
-        ``b""``. Ranges at most ``max_gap`` bytes apart (default 1 MiB) share one GET
-        of at most ``max_request`` bytes (default, and at most, ``config.chunk_size``);
-        a longer range is fetched in parallel parts, as a download is. The first GET
-        brings the object's size and ETag (no HEAD); every other GET is pinned to that
-        ETag with ``IfMatch``, so an object replaced meanwhile raises
-        :class:`ObjectChangedError`, never a mixture. With ``size`` and ``etag`` known
-        (from a listing), every GET is pinned from the first.
+        The first GET brings the object's size and ETag (no HEAD); every other GET is
+        pinned to that ETag with ``IfMatch``, so an object replaced meanwhile raises
+        :class:`ObjectChangedError`, never a mixture. A range longer than
+        ``max_request`` is fetched in parallel parts, as a download is. A range past
+        the end raises :class:`InvalidRequestError`: before anything is sent when
+        ``size`` is given, else as soon as the first answer tells the size, before any
+        other GET. An answer with no strong ETag (none, or a weak one) pins nothing:
+        the ranges then come in one GET from the first to the last (the bytes between
+        are read and dropped), so that they still come from one version.
 
-        A range past the end raises :class:`InvalidRequestError`: before anything is
-        sent when ``size`` is given, else as soon as the first answer tells the size,
-        before any other GET. An answer with no strong ETag (none, or a weak one) pins
-        nothing: the ranges then come in one GET from the first to the last (the bytes
-        between are read and dropped), so that they still come from one version.
-        ``extra_args`` as for :meth:`download`.
+        Args:
+            bucket: The bucket's name.
+            key: The object's key.
+            ranges: ``(start, end)`` pairs, half-open (``(0, 4)`` is the first four
+                bytes), in any order, overlapping or not; an empty one
+                (``start == end``) is ``b""``.
+            extra_args: GetObject arguments, as for :meth:`download`.
+            size: The object's size, when known (from a listing); with ``etag``,
+                every GET is pinned from the first.
+            etag: The object's ETag, when known; see ``size``.
+            max_gap: Ranges at most this many bytes apart share one GET; 1 MiB when
+                not given.
+            max_request: The most bytes one GET asks for; ``config.chunk_size`` when
+                not given, and at most that.
+
+        Returns:
+            The bytes of each range, in the order of ``ranges``.
         """
         return await range_reads.read_ranges(
             self._context,
@@ -174,7 +254,16 @@ class MemoryReads:
     ) -> list[bytes]:
         """:meth:`read_ranges` of what ``url`` serves (a presigned S3 GET URL, or any
         HTTP(S) URL that honours Range), as :meth:`download_url` fetches it: unsigned,
-        pinned with ``If-Match``, the URL's query never shown."""
+        pinned with ``If-Match``, the URL's query never shown.
+
+        Args:
+            url: The URL, sent as given: it must already be percent-encoded.
+            ranges: ``(start, end)`` pairs, as for :meth:`read_ranges`.
+            size: What it serves' size, when known; see :meth:`read_ranges`.
+            etag: Its ETag, when known.
+            max_gap: As for :meth:`read_ranges`.
+            max_request: As for :meth:`read_ranges`.
+        """
         return await range_reads.read_ranges(
             self._context,
             "",
@@ -199,7 +288,17 @@ class MemoryReads:
         first_block: FirstBlock = "start",
     ) -> RandomAccessReader:
         """What ``url`` serves as a file to read at any offset, as :meth:`open_reader`
-        gives an object (see :meth:`download_url` for what a URL download does and shows)."""
+        gives an object (see :meth:`download_url` for what a URL download does and
+        shows).
+
+        Args:
+            url: The URL, sent as given: it must already be percent-encoded.
+            block_size: As for :meth:`open_reader`.
+            cache_blocks: As for :meth:`open_reader`.
+            size: What it serves' size, when known; see :meth:`open_reader`.
+            etag: Its ETag, when known.
+            first_block: As for :meth:`open_reader`.
+        """
         return RandomAccessReader(
             self._context,
             "",

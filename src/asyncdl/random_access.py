@@ -192,9 +192,17 @@ class RandomAccessReader:
         return self._pos
 
     def seek(self, offset: SupportsIndex, whence: int = 0) -> int:
-        """Move to ``offset`` from the start (``whence=0``), the current offset (1) or
-        the end (2, which needs the reader open); return the new offset. Past the end
-        is allowed (reads there give ``b""``), before the start is not."""
+        """Move the offset from which the next read starts. Past the end is allowed
+        (reads there give ``b""``), before the start is not.
+
+        Args:
+            offset: Bytes from where ``whence`` says; negative with 1 or 2.
+            whence: From the start (0), the current offset (1) or the end (2, which
+                needs the reader open).
+
+        Returns:
+            The new offset.
+        """
         to = as_offset(offset)  # numpy's ints too, as ``read_ranges`` takes them
         if not isinstance(to, int) or isinstance(to, bool):
             raise InvalidRequestError(f"offset must be an int, got {offset!r}", **self._where)
@@ -216,13 +224,25 @@ class RandomAccessReader:
         return self._pos
 
     async def read(self, n: SupportsIndex = -1) -> bytes:
-        """Up to ``n`` bytes from the current offset (all that is left when ``n`` is
-        negative); ``b""`` at the end. Reads from several tasks at once each take the
-        offset where the one before left it."""
+        """Up to ``n`` bytes from the current offset, which moves past them; ``b""`` at
+        the end. Reads from several tasks at once each take the offset where the one
+        before left it.
+
+        Args:
+            n: The most bytes to read; all that is left when negative.
+        """
         return await self._read(None, n)
 
     async def readinto(self, buffer: WriteableBuffer) -> int:
-        """Read into ``buffer`` (bytes-like, writable); return how many bytes."""
+        """Read from the current offset into ``buffer``, as :meth:`read` does.
+
+        Args:
+            buffer: A writable bytes-like object; as many bytes as it holds are asked
+                for.
+
+        Returns:
+            How many bytes were read (0 at the end).
+        """
         view = memoryview(buffer).cast("B")
         if view.readonly:  # before the read: its bytes would be lost, the offset moved
             raise TypeError("readinto() needs a writable buffer")
@@ -232,7 +252,12 @@ class RandomAccessReader:
 
     async def read_at(self, offset: SupportsIndex, n: SupportsIndex = -1) -> bytes:
         """Up to ``n`` bytes from ``offset``, leaving the current offset alone (as
-        ``os.pread``); what :class:`SyncReader` reads with."""
+        ``os.pread``); what :class:`SyncReader` reads with.
+
+        Args:
+            offset: Where to start, from the start of the object.
+            n: The most bytes to read; all from ``offset`` to the end when negative.
+        """
         return await self._read(offset, n)
 
     async def _read(self, offset: SupportsIndex | None, n: SupportsIndex) -> bytes:
@@ -271,10 +296,18 @@ class RandomAccessReader:
         max_gap: int | None = None,
         max_request: int | None = None,
     ) -> list[bytes]:
-        """The bytes of each ``(start, end)`` of ``ranges`` (half-open, in any order),
-        as :meth:`~asyncdl.Engine.read_ranges` reads them, pinned to ``etag``: a range
-        the cache holds whole is taken from it, the others are joined into few GETs
-        sent together. The current offset is left alone."""
+        """The bytes of each range, as :meth:`~asyncdl.Engine.read_ranges` reads them,
+        pinned to ``etag``: a range the cache holds whole is taken from it, the others
+        are joined into few GETs sent together. The current offset is left alone.
+
+        Args:
+            ranges: ``(start, end)`` pairs, half-open, in any order.
+            max_gap: As for :meth:`~asyncdl.Engine.read_ranges`.
+            max_request: As for :meth:`~asyncdl.Engine.read_ranges`.
+
+        Returns:
+            The bytes of each range, in the order of ``ranges``.
+        """
         await self.open()
         async with self._lock:
             self._check_open()

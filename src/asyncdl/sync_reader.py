@@ -50,7 +50,15 @@ class SyncReader(io.RawIOBase):
         return True
 
     def readinto(self, buffer: WriteableBuffer) -> int:
-        """Read into ``buffer`` from this file's offset; how many bytes (0 at the end)."""
+        """Read into ``buffer`` from this file's offset, which moves past the bytes read.
+
+        Args:
+            buffer: A writable bytes-like object; as many bytes as it holds are asked
+                for.
+
+        Returns:
+            How many bytes were read (0 at the end).
+        """
         view = memoryview(buffer).cast("B")
         if view.readonly:  # before the read: its bytes would be lost, the offset moved
             raise TypeError("readinto() needs a writable buffer")
@@ -68,7 +76,17 @@ class SyncReader(io.RawIOBase):
         return data
 
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        """As a file's ``seek``; the reader is not asked (its own offset stays)."""
+        """Move this file's offset, as a file's ``seek`` does; the reader's own offset
+        stays where it is.
+
+        Args:
+            offset: Bytes from where ``whence`` says.
+            whence: ``io.SEEK_SET`` (0), ``io.SEEK_CUR`` (1) or ``io.SEEK_END`` (2,
+                which needs the reader open).
+
+        Returns:
+            The new offset.
+        """
         offset = operator.index(offset)  # TypeError for 1.5, as a file's seek raises
         if type(whence) is not int:
             raise TypeError(f"whence must be an int, got {whence!r}")

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import hashlib
+import tomllib
 from pathlib import Path
 from typing import Any
 
+from tests.docs_runner import ROOT
 from tests.docs_world import OBJECTS
 
 
@@ -30,3 +32,8 @@ async def check(namespace: dict[str, Any]) -> None:
     assert result.etag == f'"{hashlib.md5(body).hexdigest()}"'
     assert (result.strategy, result.requests, result.verified) == ("get-first", 1, False)
     assert "fit in the first, ranged answer" in result.unverified_reason
+
+    # The wheel the page installs is the one `nox -s build` makes of this checkout.
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    page = (ROOT / "docs" / "getting-started.md").read_text()
+    assert f"dist/asyncdl-{version}-py3-none-any.whl[cli]" in page

@@ -27,7 +27,8 @@ def _sessions() -> list[tuple[str, dict[str, str], list[str], list[tuple[str, st
     for block in blocks(source(ROOT / "docs/guides/fastapi.md")):
         if block.lang != "console":
             continue
-        lines = block.code.splitlines()
+        # A command continued on the next line (`\` at the end) is one line.
+        lines = re.sub(r"\\\n\s*", " ", block.code).splitlines()
         (curl,) = [m for m in map(_CURL.match, lines) if m is not None]
         options = curl["options"].split()
         method = "HEAD" if "-I" in options else "GET"
