@@ -375,13 +375,16 @@ class Engine(MemoryReads):
         skip_existing: str | None = None,
         filters: Iterable[tuple[str, str]] | None = None,
         listed: Callable[[int, int], object] | None = None,
+        listing: Callable[[int, int, bool], object] | None = None,
     ) -> AsyncGenerator[DownloadResult]:
         """Download every object under ``s3://bucket/prefix`` into ``dest_dir``.
 
         A ``prefix`` that does not end in ``/`` is the folder: ``"logs"`` means
         ``logs/``, as in ``asyncdl cp -r`` (not ``logsa`` nor ``logs2/a``).
-        Lists with ListObjectsV2 page by page while downloading (a failed page is
-        retried as a GET is); each listed size and ETag is passed on, so no object
+        Lists with ListObjectsV2 page by page while downloading, up to 100,000 keys
+        ahead of the downloads (about 19 MB at most), so its totals are known early
+        (a failed page is retried as a GET is); each listed size and ETag is passed on,
+        so no object
         needs a discovery request and every GET is pinned. A key that would land
         outside ``dest_dir``, or on a path an earlier key of the listing holds
         (``p/x`` and ``p/x/y``: a file and a directory), is refused and reported as
@@ -402,7 +405,11 @@ class Engine(MemoryReads):
         ``listed(objects, size)``, when given, is called once the listing has ended
         (downloads may still run): ``objects`` is the number of results the generator
         yields in all (refused and skipped ones included), ``size`` the listed bytes
-        of those it downloads. A progress display learns its totals from it.
+        of those it downloads. ``listing(objects, size, ended)``, when given, is called
+        after each page the listing reads: the objects listed so far (counted as
+        ``listed`` counts them), their listed bytes (skipped ones' included), and
+        whether the listing has ended. A progress display learns its totals from them:
+        for a prefix within the read-ahead, after its first pages.
         """
         return bulk.download_prefix(
             self._context,
@@ -416,4 +423,5 @@ class Engine(MemoryReads):
             skip_existing=skip_existing,
             filters=filters,
             listed=listed,
+            listing=listing,
         )

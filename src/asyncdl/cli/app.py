@@ -117,32 +117,9 @@ def _chunk_size(ctx: click.Context, param: click.Parameter, value: str) -> int:
     return size
 
 
-def transfer_options(command: _Command) -> _Command:
-    """The options every downloading command takes."""
-    defaults = TransferConfig()
-    options = [
-        click.option(
-            "--concurrency",
-            type=click.IntRange(1, 10_000),
-            default=defaults.max_concurrency,
-            show_default=True,
-            help="S3 requests in flight at most, all objects together.",
-        ),
-        click.option(
-            "--chunk-size",
-            metavar="SIZE",
-            default="8MiB",
-            show_default=True,
-            callback=_chunk_size,
-            help="Bytes per ranged GET: a number, or with a unit (64KiB, 8MiB, 1GB).",
-        ),
-        click.option(
-            "--max-bandwidth",
-            metavar="SIZE",
-            default=None,
-            callback=converter(parse_rate),
-            help="Bytes per second at most, all objects together (8MiB: 8 MiB/s); default: no cap.",
-        ),
+def _client_options() -> list[Callable[[_Command], _Command]]:
+    """The options that set up the S3 client."""
+    return [
         click.option(
             "--endpoint-url",
             metavar="URL",
@@ -170,11 +147,56 @@ def transfer_options(command: _Command) -> _Command:
             is_flag=True,
             help="Send requests unsigned (a public bucket): no credentials are looked up or sent.",
         ),
-        click.option(
-            "-q", "--quiet", is_flag=True, help="No progress bar and no 'download:' lines."
-        ),
-        click.option("--debug", is_flag=True, help="Tracebacks for errors; log retries."),
     ]
+
+
+_DEBUG_HELP = "Tracebacks for errors; log retries."
+
+
+def transfer_options(command: _Command) -> _Command:
+    """The options every downloading command takes."""
+    defaults = TransferConfig()
+    options = [
+        click.option(
+            "--concurrency",
+            type=click.IntRange(1, 10_000),
+            default=defaults.max_concurrency,
+            show_default=True,
+            help="S3 requests in flight at most, all objects together.",
+        ),
+        click.option(
+            "--chunk-size",
+            metavar="SIZE",
+            default="8MiB",
+            show_default=True,
+            callback=_chunk_size,
+            help="Bytes per ranged GET: a number, or with a unit (64KiB, 8MiB, 1GB).",
+        ),
+        click.option(
+            "--max-bandwidth",
+            metavar="SIZE",
+            default=None,
+            callback=converter(parse_rate),
+            help="Bytes per second at most, all objects together (8MiB: 8 MiB/s); default: no cap.",
+        ),
+        *_client_options(),
+        click.option(
+            "-q",
+            "--quiet",
+            is_flag=True,
+            help="No progress bar, no 'download:' lines, no summary line.",
+        ),
+        click.option("--debug", is_flag=True, help=_DEBUG_HELP),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def client_options(command: _Command) -> _Command:
+    """The options of a command that sends requests but downloads nothing (``ls``):
+    the client's, and ``--debug``."""
+    options = [*_client_options(), click.option("--debug", is_flag=True, help=_DEBUG_HELP)]
     for option in reversed(options):
         command = option(command)
     return command

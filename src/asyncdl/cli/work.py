@@ -133,7 +133,7 @@ async def copy_prefix(
             root,
             strategy=strategy,
             progress=output.progress,
-            listed=output.listed,
+            listing=output.listing,
             **options,
         )
         try:
