@@ -27,6 +27,13 @@ class Settings:
     client: ClientSettings
     quiet: bool
     debug: bool
+    #: ``False`` under ``--no-progress``: no bar, whatever stderr is.
+    progress: bool = True
+
+    @property
+    def bar(self) -> bool | None:
+        """``Output``'s ``bar``: ``False`` under ``--no-progress``, else its own choice."""
+        return None if self.progress else False
 
     @property
     def endpoint_url(self) -> str | None:
@@ -186,6 +193,11 @@ def transfer_options(command: _Command) -> _Command:
             is_flag=True,
             help="No progress bar, no 'download:' lines, no summary line.",
         ),
+        click.option(
+            "--no-progress",
+            is_flag=True,
+            help="No progress bar (it is drawn only on a terminal anyway); the lines stay.",
+        ),
         click.option("--debug", is_flag=True, help=_DEBUG_HELP),
     ]
     for option in reversed(options):
@@ -220,6 +232,7 @@ def make_settings(
     region: str | None = None,
     profile: str | None = None,
     no_sign_request: bool = False,
+    no_progress: bool = False,
 ) -> Settings:
     try:
         config = TransferConfig(
@@ -234,4 +247,4 @@ def make_settings(
         )
     except ValueError as exc:  # the options' own checks should have caught it
         raise click.UsageError(str(exc)) from None
-    return Settings(config, client, quiet, debug)
+    return Settings(config, client, quiet, debug, progress=not no_progress)

@@ -101,6 +101,7 @@ def cp(
     profile: str | None,
     no_sign_request: bool,
     quiet: bool,
+    no_progress: bool,
     debug: bool,
 ) -> int:
     """Copy an object, or with --recursive every object under a prefix, to files.
@@ -138,6 +139,7 @@ def cp(
         profile=profile,
         no_sign_request=no_sign_request,
         quiet=quiet,
+        no_progress=no_progress,
         debug=debug,
         resume=resume,
     )
@@ -170,7 +172,7 @@ def cp(
         from .work import copy_one, run  # noqa: PLC0415 - see the module's docstring
     _check_url(source, ctx)
     _check_profile(settings, ctx)
-    output = Output(objects=1, quiet=quiet, json_lines=json_lines, debug=debug)
+    output = Output(objects=1, quiet=quiet, json_lines=json_lines, debug=debug, bar=settings.bar)
     with output:
         run(copy_one(settings, source, target, strategy, output), debug)
     return output.summary()
@@ -201,6 +203,7 @@ def _copy_prefix(
         quiet=settings.quiet,
         json_lines=json_lines,
         debug=settings.debug,
+        bar=settings.bar,
         run="cp",
         dry_run=dry_run,
     )
@@ -262,6 +265,7 @@ def cat(
     profile: str | None,
     no_sign_request: bool,
     quiet: bool,
+    no_progress: bool,
     debug: bool,
 ) -> int:
     """Write the object s3://BUCKET/KEY (or what an http/https URL serves) to stdout.
@@ -282,6 +286,7 @@ def cat(
         profile=profile,
         no_sign_request=no_sign_request,
         quiet=quiet,
+        no_progress=no_progress,
         debug=debug,
     )
     return _cat(settings, source, ctx, ranges)

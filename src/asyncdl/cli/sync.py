@@ -78,6 +78,7 @@ def sync(
     profile: str | None,
     no_sign_request: bool,
     quiet: bool,
+    no_progress: bool,
     debug: bool,
 ) -> int:
     """Make DIR hold every object under S3_URL, fetching only what is new or changed.
@@ -104,6 +105,7 @@ def sync(
         profile=profile,
         no_sign_request=no_sign_request,
         quiet=quiet,
+        no_progress=no_progress,
         debug=debug,
     )
     settings = dataclasses.replace(
@@ -132,6 +134,7 @@ def sync(
         quiet=quiet,
         json_lines=json_lines,
         debug=debug,
+        bar=settings.bar,
         run="sync",
         dry_run=dry_run,
     )

@@ -178,7 +178,10 @@ def cat_object(settings: Settings, source: S3Url | HttpUrl) -> int:
         objects=1,
         quiet=settings.quiet,
         debug=settings.debug,
-        bar=not settings.quiet and sys.stderr.isatty() and not stdout.isatty(),
+        bar=settings.progress
+        and not settings.quiet
+        and sys.stderr.isatty()
+        and not stdout.isatty(),
     )
     with output:
         run(_stream_to(settings, source, stdout, output), settings.debug)
