@@ -384,8 +384,7 @@ class Engine(MemoryReads):
         Lists with ListObjectsV2 page by page while downloading, up to 100,000 keys
         ahead of the downloads (about 19 MB at most), so its totals are known early
         (a failed page is retried as a GET is); each listed size and ETag is passed on,
-        so no object
-        needs a discovery request and every GET is pinned. A key that would land
+        so no object needs a discovery request and every GET is pinned. A key that would land
         outside ``dest_dir``, or on a path an earlier key of the listing holds
         (``p/x`` and ``p/x/y``: a file and a directory), is refused and reported as
         that item's error; folder markers (``.../`` of size 0) are skipped.
