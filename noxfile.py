@@ -186,7 +186,25 @@ def build(session: nox.Session) -> None:
 @nox.session
 def demo(session: nox.Session) -> None:
     """The main job: embedded moto, 1000 x 1 KiB + 64 MiB, both strategies, one table."""
+    # The install is silent and, the first time, long: say so before it starts.
+    fresh = not (Path(session.virtualenv.location) / "bin" / "asyncdl").exists()
+    session.log(
+        "The demo downloads 1000 objects of 1 KiB and one of 64 MiB (by default; "
+        "'-- --help' lists its options) from an S3 server (moto) on this machine, "
+        "GET-first then HEAD-first, and prints one table."
+    )
+    if fresh:
+        session.log(
+            "First run: installing asyncdl with its 'demo' and 'cli' extras (moto, "
+            "aiobotocore, click, rich...) into .nox/demo; this takes about 2-3 minutes "
+            "and prints nothing until it is done. Later runs reuse it and start at once. "
+            "(The 'uv binary not found' line above is nox's own: harmless, this session "
+            "uses venv and pip.)"
+        )
+    else:
+        session.log("Reusing the environment in .nox/demo (asyncdl installed in editable mode).")
     session.install("-e", ".[demo,cli]")
+    session.log("Installed; running: asyncdl demo %s", " ".join(session.posargs))
     session.run("asyncdl", "demo", *session.posargs)
 
 

@@ -50,6 +50,20 @@ def lines(text: str) -> list[str]:
     return text.splitlines()
 
 
+#: The line that ends every ``cp -r`` and ``sync`` run (``output.Output.summary_line``).
+SUMMARY = re.compile(
+    r"(\(dryrun\) )?(sync: )?[\d,]+ (downloaded|to download) \([\d.]+ [KMGTPE]?i?B\)"
+    r"(, [\d,]+ up to date, [\d,]+ (deleted|to delete))? in \d+\.\d s, [\d,]+ failed"
+)
+
+
+def without_summary(stderr: str) -> str:
+    """``stderr`` without the summary line that ends it (which must be there)."""
+    *rest, last = stderr.splitlines(keepends=True) or [""]
+    assert SUMMARY.fullmatch(last.rstrip("\n")), stderr
+    return "".join(rest)
+
+
 def all_temp_files(directory: Path) -> list[Path]:
     return [path for path in directory.rglob("*") if is_temp_file(path.name)]
 
@@ -181,7 +195,7 @@ def test_cp_recursive_reports_each_failure_and_exits_1(
     result = run(proxy, "cp", "-r", "--json", f"s3://{bucket}/p/", str(tmp_path))
     assert result.exit_code == 1
     assert sorted(os.listdir(tmp_path)) == ["good-1", "good-2"]
-    assert lines(result.stderr) == [
+    assert lines(without_summary(result.stderr)) == [
         f"error: s3://{bucket}/p/bad: access denied (AccessDenied: injected by the test proxy)",
         "1 of 3 objects failed",
     ]
@@ -197,7 +211,7 @@ def test_cp_recursive_missing_bucket_exits_1_and_creates_nothing(
     dest = tmp_path / "dest"
     result = run(proxy, "cp", "-r", "s3://no-such-bucket-here/p/", str(dest))
     assert result.exit_code == 1
-    assert lines(result.stderr) == [
+    assert lines(without_summary(result.stderr)) == [
         "error: s3://no-such-bucket-here/p/: bucket 'no-such-bucket-here' does not exist "
         "(NoSuchBucket)",
         "the listing failed after 0 objects (0 failed)",
@@ -210,7 +224,7 @@ def test_cp_recursive_of_an_empty_prefix_says_so(
 ) -> None:
     result = run(proxy, "cp", "-r", f"s3://{bucket}/nothing/", str(tmp_path / "d"))
     assert result.exit_code == 0
-    assert result.stderr == f"no objects under s3://{bucket}/nothing/\n"
+    assert without_summary(result.stderr) == f"no objects under s3://{bucket}/nothing/\n"
     assert os.listdir(tmp_path) == []
 
 

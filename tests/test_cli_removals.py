@@ -19,6 +19,7 @@ from asyncdl.cli import cli
 from asyncdl.testing.tcp_proxy import TcpProxy
 
 from .conftest import payload
+from .test_cli import without_summary
 
 Undeletable = Callable[[Path], None]
 
@@ -144,9 +145,9 @@ def test_sync_counts_a_file_it_could_not_delete_apart_from_the_objects(
     assert result.exit_code == 1, result.output
     assert result.stdout == f"delete: {dest / 'b'}\n"
     assert (locked / "e").read_bytes() == b"e"
-    *_, summary = result.stderr.splitlines()
+    *_, summary = without_summary(result.stderr).splitlines()
     assert summary == "could not delete 1 file"
-    (error, _) = result.stderr.splitlines()
+    (error, _) = without_summary(result.stderr).splitlines()
     assert error.startswith(f"error: cannot delete {locked / 'e'}: ")
 
 

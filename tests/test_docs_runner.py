@@ -59,6 +59,14 @@ def test_an_unordered_block_takes_the_same_lines_in_any_order() -> None:
     assert _refused("a.csv\nb.csv\nc.csv\n", "a.csv\n...\n", unordered=True)
 
 
+def test_an_unordered_block_may_have_any_text_inside_a_line() -> None:
+    shown = "a.csv\n2 done in ... s\nb.csv\n"
+    assert not _refused("2 done in 0.1 s\nb.csv\na.csv\n", shown, unordered=True)
+    assert _refused("2 done in 0.1 s\nb.csv\n", shown, unordered=True)  # one missing
+    assert _refused("3 done in 0.1 s\nb.csv\na.csv\n", shown, unordered=True)  # not it
+    assert _refused("2 done in 1 s\n2 done in 1 s\na.csv\nb.csv\n", shown, unordered=True)
+
+
 def test_a_terminal_shows_a_carriage_return_as_a_line_started_over() -> None:
     printed = "\r128000/300000 bytes\r300000/300000 bytes\n"
     assert on_screen(printed) == ["300000/300000 bytes"]

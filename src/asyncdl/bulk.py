@@ -28,8 +28,8 @@ from .held_dirs import HeldDir
 from .key_paths import folder
 from .key_paths import relative_path as relative_path  # noqa: PLC0414 - re-exported: its old home
 from .listing import Listed as Listed  # noqa: PLC0414 - re-exported: its old home
+from .listing import ListingProgress, list_ahead, translated
 from .listing import list_prefix as list_prefix  # noqa: PLC0414
-from .listing import translated
 from .places import Places
 from .progress import ProgressCallback
 from .request_args import ExtraArgs, redacted
@@ -273,6 +273,7 @@ async def download_prefix(
     skip_existing: str | None = None,
     filters: Iterable[tuple[str, str]] | None = None,
     listed: Callable[[int, int], object] | None = None,
+    listing: ListingProgress | None = None,
 ) -> AsyncGenerator[DownloadResult]:
     """See :meth:`Engine.download_prefix`."""
     where = {"bucket": _text(bucket), "key": prefix if isinstance(prefix, str) else ""}
@@ -293,7 +294,7 @@ async def download_prefix(
     try:
         if skips is not None:
             await skips.load()
-        listing = _list_requests(
+        requests = _list_requests(
             ctx,
             bucket=bucket,
             prefix=base,
@@ -303,10 +304,11 @@ async def download_prefix(
             filters=kept,
             skips=skips,
             listed=listed,
+            listing=listing,
         )
         results = download_many(
             ctx,
-            listing,
+            requests,
             strategy=strategy,
             extra_args=extra_args,
             timeout=timeout,
@@ -353,15 +355,17 @@ async def _list_requests(
     filters: Filters | None,
     skips: Skips | None,
     listed: Callable[[int, int], object] | None,
+    listing: ListingProgress | None,
 ) -> AsyncGenerator[DownloadRequest | DownloadResult]:
     params = {name: extra_args[name] for name in _LIST_ARGS if extra_args and name in extra_args}
     items = to_fetch = 0
     pages = ctx.list_pages(bucket, prefix, params=params)
-    listing = list_prefix(pages, bucket=bucket, prefix=prefix, filters=filters)
+    # Read ahead of the downloads (within a bound): the totals are known early.
+    objects = list_ahead(pages, bucket=bucket, prefix=prefix, filters=filters, progress=listing)
     # A directory that cannot be made (the root, say) fails the listing, as a page would.
     with translated(bucket, prefix):
-        async with contextlib.aclosing(listing):
-            async for item in listing:
+        async with contextlib.aclosing(objects):
+            async for item in objects:
                 key, size, etag = item.key, item.size, item.etag
                 items += 1
                 if item.relative is None:

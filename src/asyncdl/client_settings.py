@@ -135,6 +135,18 @@ class ClientSettings:
         }
         return tuple(name for name, value in values.items() if value is not None)
 
+    def refuse_with(self, client: object) -> None:
+        """``ValueError`` when settings were given beside a ``client``: they configure
+        the client an engine creates, and one passed in is used as it is."""
+        given = self.given
+        if client is None or not given:
+            return
+        names = f"{', '.join(given)} configure" if len(given) > 1 else f"{given[0]} configures"
+        raise ValueError(
+            f"{names} the client the engine creates; a client passed in is used as "
+            "it is: set it up with them, or pass no client"
+        )
+
     def arguments(self) -> dict[str, Any]:
         """``create_default_client``'s keyword arguments."""
         return {

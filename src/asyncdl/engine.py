@@ -1,8 +1,7 @@
 """The engine: the face of asyncdl. It holds the resources (one client, one request
 budget, the lean GET path) and offers the public methods, each of which checks its
-input and hands on to the module that does the work: ``transfer`` (one object's
-download), ``streaming`` (an object as a stream of bytes), ``bulk`` (many objects).
-Those take the engine's :class:`~asyncdl.context.Context`, never the engine.
+input and hands on to the module that does the work (``transfer``, ``streaming``,
+``bulk``); those take the engine's :class:`~asyncdl.context.Context`, never the engine.
 """
 
 from __future__ import annotations
@@ -66,15 +65,8 @@ class Engine(MemoryReads):
         self._client_settings = ClientSettings.checked(
             endpoint_url=endpoint_url, region=region, profile=profile, unsigned=unsigned
         )
-        if client is not None and self._client_settings.given:
-            given = self._client_settings.given
-            names = f"{', '.join(given)} configure" if len(given) > 1 else f"{given[0]} configures"
-            raise ValueError(
-                f"{names} the client the engine creates; a client passed in is used as "
-                "it is: set it up with them, or pass no client"
-            )
-        #: The :class:`TransferConfig` every download, stream and listing of this engine
-        #: uses.
+        self._client_settings.refuse_with(client)
+        #: The :class:`TransferConfig` of every download, stream and listing.
         self.config = config or TransferConfig()
         self._client = client
         self._owns_client = client is None
@@ -139,9 +131,8 @@ class Engine(MemoryReads):
 
     def stats(self) -> EngineStats:
         """What the engine has done since it opened: requests by kind and outcome,
-        bytes received, retries, throttles, the concurrency limit now, objects done
-        and failed (a snapshot; counting is always on). Once closed, what it had done
-        when it closed."""
+        bytes, retries, throttles, the concurrency limit now, objects done and failed
+        (a snapshot; counting is always on); once closed, what it had done then."""
         if self._ctx is None and self._final_stats is not None:
             return self._final_stats
         ctx = self._context
@@ -394,12 +385,14 @@ class Engine(MemoryReads):
         skip_existing: str | None = None,
         filters: Iterable[tuple[str, str]] | None = None,
         listed: Callable[[int, int], object] | None = None,
+        listing: Callable[[int, int, bool], object] | None = None,
     ) -> AsyncGenerator[DownloadResult]:
         """Download every object under ``s3://bucket/prefix`` into ``dest_dir``.
 
-        Lists with ListObjectsV2 page by page while downloading (a failed page is
-        retried as a GET is); each listed size and ETag is passed on, so no object
-        needs a discovery request and every GET is pinned. A key that would land
+        Lists with ListObjectsV2 page by page while downloading, up to 100,000 keys
+        ahead of the downloads (about 19 MB at most), so its totals are known early (a
+        failed page is retried as a GET is); each listed size and ETag is passed on, so
+        no object needs a discovery request and every GET is pinned. A key that would land
         outside ``dest_dir``, or on a path an earlier key of the listing holds
         (``p/x`` and ``p/x/y``: a file and a directory), is refused and reported as
         that item's error; folder markers (``.../`` of size 0) are skipped.
@@ -435,6 +428,11 @@ class Engine(MemoryReads):
                 generator yields in all (refused and skipped ones included), ``size``
                 the listed bytes of those it downloads. A progress display learns its
                 totals from it.
+            listing: ``listing(objects, size, ended)``, called after each page the
+                listing reads: the objects listed so far (counted as ``listed`` counts
+                them), their listed bytes (skipped ones' included), and whether the
+                listing has ended. A progress display learns its totals from it early:
+                for a prefix within the read-ahead, after its first pages.
         """
         return bulk.download_prefix(
             self._context,
@@ -448,4 +446,5 @@ class Engine(MemoryReads):
             skip_existing=skip_existing,
             filters=filters,
             listed=listed,
+            listing=listing,
         )

@@ -1,6 +1,6 @@
-"""Fetching one object's byte ranges or upload parts into a sink: retries that resume,
-bodies drained in bounded writes, the PartNumber probe. Used by a download (the sink
-is its temp file) and by a stream (one queue per part).
+"""Fetching one object's byte ranges into a sink: retries that resume, bodies drained
+in bounded writes. Used by a download (the sink is its temp file) and by a stream (one
+queue per part); ``part_numbers`` fetches by upload part on top of it.
 
 Every request takes a slot of the engine's budget while it is in flight (see
 ``s3_source``); a fan-out bounds its own part tasks with a window of the same size,
@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from .body_reader import BodyReader, SpooledBody, held_after_failure
 from .config import KiB, MiB, TransferConfig
 from .context import Context
-from .errors import ChecksumError, ObjectChangedError, RetryableError, translate
+from .errors import ObjectChangedError, RetryableError, translate
 from .progress import Reporter
 from .ranges import ByteRange, plan_ranges
 from .retry import after_failure
@@ -33,11 +33,6 @@ BUFFERED = 10 * MiB
 #: The smallest gathered write: below it the executor hop per write costs more CPU
 #: than the bytes it saves.
 MIN_WRITE = 64 * KiB
-
-NO_PART_GETS = (
-    "the server answers a PartNumber GET with the whole object, not the upload part, "
-    "so the object's COMPOSITE checksum (one per upload part) cannot be checked"
-)
 
 
 class Sink(Protocol):
@@ -160,100 +155,6 @@ async def _run(
         window.release()
 
 
-async def fetch_by_part_number(fetch: Fetch, written: int) -> bool:
-    """Fetch every upload part with ``PartNumber`` GETs, in parallel; ``False`` (and
-    nothing written) when the server does not answer them part by part."""
-    ctx, verifier = fetch.ctx, fetch.verifier
-    if ctx.part_gets is False:
-        verifier.parts_reason = NO_PART_GETS
-        return False
-    first = await _request_numbered(fetch, 1, probe=True)
-    if first is None:
-        ctx.part_gets = False
-        verifier.parts_reason = NO_PART_GETS
-        return False
-    ctx.part_gets = True
-    # Bytes written before the parts were known are fetched again with part 1.
-    await fetch.progress.add(-written)
-    verifier.start_parts()
-    count = first.parts_count or 1
-    window = asyncio.Semaphore(ctx.config.max_concurrency)
-    try:
-        async with asyncio.TaskGroup() as tasks:
-            await window.acquire()
-            tasks.create_task(_run_numbered(fetch, 1, first, window))
-            first = None  # the task owns it now
-            for number in range(2, count + 1):
-                await window.acquire()
-                tasks.create_task(_run_numbered(fetch, number, None, window))
-    finally:
-        if first is not None:
-            first.close()
-    return True
-
-
-async def _request_numbered(fetch: Fetch, number: int, *, probe: bool = False) -> Response | None:
-    """GET upload part ``number``, with retries; on a ``probe``, ``None`` when the
-    server answers with anything but that part."""
-    obj, expected = fetch.obj, fetch.verifier.expected
-    assert expected is not None
-    failures = 0
-    while True:
-        try:
-            response = await obj.get_part(number, if_match=fetch.etag)
-        except Exception as exc:
-            failures = await _after_failure(fetch, exc, failures, f"upload part {number}")
-            continue
-        content_range, count = response.content_range, response.parts_count
-        if response.status == 206 and content_range is not None and count is not None:
-            break
-        response.close()
-        if probe:
-            return None
-        raise obj.error(
-            f"upload part {number}: expected the part, got HTTP {response.status} "
-            f"with Content-Range {content_range} and parts count {count}"
-        )
-    if content_range.total != fetch.size:
-        response.close()
-        raise obj.error(
-            f"object size changed from {fetch.size} to {content_range.total}",
-            ObjectChangedError,
-        )
-    if expected.parts and count != expected.parts:
-        response.close()
-        raise ChecksumError(
-            f"the object has {count} upload parts; its COMPOSITE checksum {expected} "
-            f"says {expected.parts}",
-            bucket=obj.bucket,
-            key=obj.key,
-            mismatch=False,
-        )
-    return response
-
-
-async def _run_numbered(
-    fetch: Fetch, number: int, response: Response | None, window: asyncio.Semaphore
-) -> None:
-    try:
-        if response is None:
-            response = await _request_numbered(fetch, number)
-            assert response is not None
-        content_range = response.content_range
-        assert content_range is not None
-        fetch.verifier.note_part(
-            number, content_range.start, content_range.end, response.part_checksum
-        )
-        part = Part(content_range.start, content_range.end)
-        opened, response = response, None
-        # A retry of a cut part resumes with a pinned Range GET: its bounds are known.
-        await fetch_part(fetch, part, opened)
-    finally:
-        if response is not None:
-            response.close()
-        window.release()
-
-
 async def fetch_part(fetch: Fetch, part: Part, response: Response | None) -> None:
     """Fetch ``part`` (from ``response`` when one is open for it); a retry resumes from
     the last byte written.
@@ -287,7 +188,7 @@ async def fetch_part(fetch: Fetch, part: Part, response: Response | None) -> Non
                 raise error from exc
             if pinned and part.pos - mark >= _earns_a_reset(part):
                 failures = 0
-            failures = await _after_failure(fetch, exc, failures, "a part")
+            failures = await after_part_failure(fetch, exc, failures, "a part")
             if not pinned and part.pos > part.start:
                 await fetch.progress.add(part.start - part.pos)
                 part.pos, part.crc = part.start, 0
@@ -455,7 +356,7 @@ class _Writes:
         self.size = 0
 
 
-async def _after_failure(fetch: Fetch, exc: Exception, failures: int, what: str) -> int:
+async def after_part_failure(fetch: Fetch, exc: Exception, failures: int, what: str) -> int:
     obj, ctx = fetch.obj, fetch.ctx
     return await after_failure(
         ctx.config, exc, failures, bucket=obj.bucket, key=obj.key, what=what, counters=ctx.counters

@@ -26,8 +26,9 @@ from .body_reader import SpoolTo
 from .context import Context
 from .errors import ChecksumError, ObjectChangedError, source_name, translate
 from .jobs import Job
+from .part_numbers import fetch_by_part_number
 from .partial_file import PartialFile
-from .parts import Fetch, Part, fetch_by_part_number, fetch_part, fetch_ranges
+from .parts import Fetch, Part, fetch_part, fetch_ranges
 from .progress import ProgressCallback, Reporter
 from .results import DownloadResult
 from .retry import logger, with_retries

@@ -40,6 +40,10 @@ WRITTEN = {
     "intro.mp4": "videos/intro.mp4",
     "small-again.json": "small.json",
     "open-data.csv": "public/data.csv",
+    "reports-csv/a.csv": "reports/a.csv",
+    "reports-csv/b.csv": "reports/b.csv",
+    "reports-csv/2026/q1.csv": "reports/2026/q1.csv",
+    "reports-csv/2026/q2.csv": "reports/2026/q2.csv",
 }
 
 
@@ -62,6 +66,10 @@ async def check(namespace: dict[str, Any]) -> None:
     for name, key in WRITTEN.items():
         assert (here / name).read_bytes() == docs_world.OBJECTS[key], name
 
+    # cp -r's filters: the last that matches wins, so 2025/ is left out; its dry run
+    # wrote nothing.
+    assert not (here / "reports-csv" / "2025").exists()
+    assert not (here / "reports-2026").exists()
     # sync --include '*.jpg' left the notes out, and --delete --dry-run did nothing.
     assert not (here / "photos" / "notes.txt").exists()
     assert (here / "photos" / "mine.txt").read_text() == "my own notes\n"

@@ -1,5 +1,5 @@
-"""The ``asyncdl`` command: ``cp``, ``cp --recursive``, ``sync``, ``cat``, ``clean`` and
-``demo``.
+"""The ``asyncdl`` command: ``ls``, ``cp``, ``cp --recursive``, ``sync``, ``cat``, ``clean``
+and ``demo``.
 
 Exit status: 0 when every object was downloaded, 1 when any failed (one
 ``error: s3://bucket/key: ...`` line each, then ``N of M objects failed``), 2 for a
@@ -12,7 +12,8 @@ with ``--debug``. Needs the ``cli`` extra: ``pip install 'asyncdl[cli]'``.
 ``app`` holds the group and the options every command shares, ``commands`` the
 commands, ``work`` what they run, ``params`` what the arguments accept and
 ``output`` what is printed; ``sync`` and ``sync_work`` are ``sync``'s command and run,
-``clean`` removes old partial files.
+``ls`` and ``ls_work`` ``ls``'s, ``filter_options`` the options ``cp -r`` and ``sync``
+share, ``clean`` removes old partial files.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ except ModuleNotFoundError as missing:  # pragma: no cover - depends on the inst
     ) from None
 
 from . import commands as _commands  # noqa: F401 - registers the commands with the group
+from . import ls as _ls  # noqa: F401 - registers "ls"
 from . import sync as _sync  # noqa: F401 - registers "sync"
 from .app import INTERRUPTED, cli, main
 

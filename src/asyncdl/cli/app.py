@@ -27,6 +27,13 @@ class Settings:
     client: ClientSettings
     quiet: bool
     debug: bool
+    #: ``False`` under ``--no-progress``: no bar, whatever stderr is.
+    progress: bool = True
+
+    @property
+    def bar(self) -> bool | None:
+        """``Output``'s ``bar``: ``False`` under ``--no-progress``, else its own choice."""
+        return None if self.progress else False
 
     @property
     def endpoint_url(self) -> str | None:
@@ -117,32 +124,9 @@ def _chunk_size(ctx: click.Context, param: click.Parameter, value: str) -> int:
     return size
 
 
-def transfer_options(command: _Command) -> _Command:
-    """The options every downloading command takes."""
-    defaults = TransferConfig()
-    options = [
-        click.option(
-            "--concurrency",
-            type=click.IntRange(1, 10_000),
-            default=defaults.max_concurrency,
-            show_default=True,
-            help="S3 requests in flight at most, all objects together.",
-        ),
-        click.option(
-            "--chunk-size",
-            metavar="SIZE",
-            default="8MiB",
-            show_default=True,
-            callback=_chunk_size,
-            help="Bytes per ranged GET: a number, or with a unit (64KiB, 8MiB, 1GB).",
-        ),
-        click.option(
-            "--max-bandwidth",
-            metavar="SIZE",
-            default=None,
-            callback=converter(parse_rate),
-            help="Bytes per second at most, all objects together (8MiB: 8 MiB/s); default: no cap.",
-        ),
+def _client_options() -> list[Callable[[_Command], _Command]]:
+    """The options that set up the S3 client."""
+    return [
         click.option(
             "--endpoint-url",
             metavar="URL",
@@ -170,11 +154,61 @@ def transfer_options(command: _Command) -> _Command:
             is_flag=True,
             help="Send requests unsigned (a public bucket): no credentials are looked up or sent.",
         ),
-        click.option(
-            "-q", "--quiet", is_flag=True, help="No progress bar and no 'download:' lines."
-        ),
-        click.option("--debug", is_flag=True, help="Tracebacks for errors; log retries."),
     ]
+
+
+_DEBUG_HELP = "Tracebacks for errors; log retries."
+
+
+def transfer_options(command: _Command) -> _Command:
+    """The options every downloading command takes."""
+    defaults = TransferConfig()
+    options = [
+        click.option(
+            "--concurrency",
+            type=click.IntRange(1, 10_000),
+            default=defaults.max_concurrency,
+            show_default=True,
+            help="S3 requests in flight at most, all objects together.",
+        ),
+        click.option(
+            "--chunk-size",
+            metavar="SIZE",
+            default="8MiB",
+            show_default=True,
+            callback=_chunk_size,
+            help="Bytes per ranged GET: a number, or with a unit (64KiB, 8MiB, 1GB).",
+        ),
+        click.option(
+            "--max-bandwidth",
+            metavar="SIZE",
+            default=None,
+            callback=converter(parse_rate),
+            help="Bytes per second at most, all objects together (8MiB: 8 MiB/s); default: no cap.",
+        ),
+        *_client_options(),
+        click.option(
+            "-q",
+            "--quiet",
+            is_flag=True,
+            help="No progress bar, no 'download:' lines, no summary line.",
+        ),
+        click.option(
+            "--no-progress",
+            is_flag=True,
+            help="No progress bar (it is drawn only on a terminal anyway); the lines stay.",
+        ),
+        click.option("--debug", is_flag=True, help=_DEBUG_HELP),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def client_options(command: _Command) -> _Command:
+    """The options of a command that sends requests but downloads nothing (``ls``):
+    the client's, and ``--debug``."""
+    options = [*_client_options(), click.option("--debug", is_flag=True, help=_DEBUG_HELP)]
     for option in reversed(options):
         command = option(command)
     return command
@@ -198,6 +232,7 @@ def make_settings(
     region: str | None = None,
     profile: str | None = None,
     no_sign_request: bool = False,
+    no_progress: bool = False,
 ) -> Settings:
     try:
         config = TransferConfig(
@@ -212,4 +247,4 @@ def make_settings(
         )
     except ValueError as exc:  # the options' own checks should have caught it
         raise click.UsageError(str(exc)) from None
-    return Settings(config, client, quiet, debug)
+    return Settings(config, client, quiet, debug, progress=not no_progress)

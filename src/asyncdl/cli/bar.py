@@ -1,4 +1,5 @@
-"""The progress bar on a terminal: one rich ``Progress`` line, objects done and bytes.
+"""The progress bar on a terminal: one rich ``Progress`` line, objects done and bytes,
+the speed, the time so far and, once the total is known, the time left.
 
 A module of its own so that rich (about 50 ms to import) is imported only when a bar
 is drawn: ``output`` imports this module then, not when the command starts.
@@ -15,6 +16,7 @@ from rich.progress import (
     Progress,
     TextColumn,
     TimeElapsedColumn,
+    TimeRemainingColumn,
     TransferSpeedColumn,
 )
 
@@ -29,6 +31,7 @@ class Bar:
             DownloadColumn(binary_units=True),
             TransferSpeedColumn(),
             TimeElapsedColumn(),
+            TimeRemainingColumn(),
             console=Console(file=sys.stderr),
             # Lines printed while the bar runs go through print_line, which puts
             # them above it; redirecting stdout would move results to stderr.
@@ -55,6 +58,14 @@ class Bar:
 
     def advance(self, delta: int, total: int | None) -> None:
         self._progress.update(self._task, advance=delta, total=total)
+
+    def set_total(self, total: int) -> None:
+        """The bytes to reach, as the listing learns them page by page."""
+        task = self._progress.tasks[0]
+        if total != task.total:
+            # Set on the task itself: rich's update(total=...) would also drop the speed
+            # samples at each page of the listing, and the speed and ETA would read "?".
+            task.total = total
 
     def describe(self, description: str) -> None:
         self._progress.update(self._task, description=description)

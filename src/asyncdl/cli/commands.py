@@ -19,7 +19,8 @@ import click
 from ..key_paths import is_own_name
 from . import clean as _clean  # noqa: F401 - registers asyncdl clean
 from .app import Settings, cli, make_settings, transfer_options
-from .output import Output
+from .filter_options import FilteredCommand, filter_options, filters
+from .output import Output, printable
 from .params import (
     HttpUrl,
     RangeArg,
@@ -45,7 +46,7 @@ _validate_option = click.option(
 )
 
 
-@cli.command()
+@cli.command(cls=FilteredCommand)
 @click.argument("source", metavar="SOURCE", callback=_source)
 @click.argument("dest")
 @click.option(
@@ -54,6 +55,7 @@ _validate_option = click.option(
     is_flag=True,
     help="Copy every object under the SOURCE prefix (s3://) into the directory DEST.",
 )
+@filter_options
 @click.option(
     "--strategy",
     type=click.Choice(["auto", "get-first", "head-first"]),
@@ -84,6 +86,9 @@ def cp(
     source: S3Url | HttpUrl,
     dest: str,
     recursive: bool,
+    dry_run: bool,
+    exclude: tuple[str, ...],
+    include: tuple[str, ...],
     strategy: str,
     validate: str,
     resume: bool,
@@ -96,6 +101,7 @@ def cp(
     profile: str | None,
     no_sign_request: bool,
     quiet: bool,
+    no_progress: bool,
     debug: bool,
 ) -> int:
     """Copy an object, or with --recursive every object under a prefix, to files.
@@ -106,6 +112,9 @@ def cp(
           asyncdl cp s3://BUCKET/KEY -        to stdout, as asyncdl cat
           asyncdl cp -r s3://BUCKET/PREFIX DIR
                                               every object under PREFIX/ to DIR/<rest of key>
+          asyncdl cp -r --exclude '*' --include '*.csv' s3://BUCKET/PREFIX DIR
+                                              only the .csv files (the last filter that
+                                              matches a key wins)
           asyncdl cp 'https://HOST/PATH?...' FILE
                                               a presigned (or any http/https) URL, the same
                                               way; no credentials are sent, and the URL's
@@ -115,8 +124,11 @@ def cp(
     left as it was. A recursive copy creates DIR (in an existing directory).
     An interrupted copy (failed, Ctrl-C, killed) leaves a partial file beside the
     target, .NAME.asyncdl-partial, which the next copy continues (asyncdl clean
-    removes old ones).
+    removes old ones). --recursive ends with a summary line on stderr.
     """
+    del exclude, include  # in command-line order in ctx.meta
+    if filters(ctx) and not recursive:
+        raise click.UsageError("--exclude and --include apply only with --recursive", ctx=ctx)
     settings = make_settings(
         concurrency=concurrency,
         chunk_size=chunk_size,
@@ -127,6 +139,7 @@ def cp(
         profile=profile,
         no_sign_request=no_sign_request,
         quiet=quiet,
+        no_progress=no_progress,
         debug=debug,
         resume=resume,
     )
@@ -142,37 +155,77 @@ def cp(
             raise click.UsageError("--strategy does not apply to stdout ('-')", ctx=ctx)
         if json_lines:
             raise click.UsageError("--json cannot share stdout ('-') with the object", ctx=ctx)
+        if dry_run:
+            raise click.UsageError("--dry-run does not apply to stdout ('-')", ctx=ctx)
         return _cat(settings, source, ctx)
     if recursive and isinstance(source, S3Url):  # a URL was refused above
-        root = _dest_dir(dest, ctx)
-        with _engine_imports():
-            from .work import copy_prefix, run  # noqa: PLC0415 - see the module's docstring
-        _check_url(source, ctx)
-        _check_profile(settings, ctx)
-
-        # "s3://b/logs" means the folder logs/, as "cp -r logs" would: without the
-        # slash the prefix would also match logs2/ and land it as DEST/2/... .
-        prefix = source.key if not source.key or source.key.endswith("/") else source.key + "/"
-        output = Output(objects=None, quiet=quiet, json_lines=json_lines, debug=debug)
-        with output:
-            complete = run(
-                copy_prefix(
-                    settings, source.bucket, prefix, root, strategy=strategy, output=output
-                ),
-                debug,
-            )
-        if output.done == 0 and complete:
-            output.note(f"no objects under s3://{source.bucket}/{prefix}")
-        return output.summary(complete=complete)
+        return _copy_prefix(
+            ctx, settings, source, dest, strategy=strategy, dry_run=dry_run, json_lines=json_lines
+        )
     target = _dest_file(source, dest, ctx)
+    if dry_run:
+        # As the AWS CLI's: what would be done, and nothing sent.
+        _check_url(source, ctx)
+        click.echo(printable(f"(dryrun) download: {source} to {target}"))
+        return 0
     with _engine_imports():
         from .work import copy_one, run  # noqa: PLC0415 - see the module's docstring
     _check_url(source, ctx)
     _check_profile(settings, ctx)
-    output = Output(objects=1, quiet=quiet, json_lines=json_lines, debug=debug)
+    output = Output(objects=1, quiet=quiet, json_lines=json_lines, debug=debug, bar=settings.bar)
     with output:
         run(copy_one(settings, source, target, strategy, output), debug)
     return output.summary()
+
+
+def _copy_prefix(
+    ctx: click.Context,
+    settings: Settings,
+    source: S3Url,
+    dest: str,
+    *,
+    strategy: str,
+    dry_run: bool,
+    json_lines: bool,
+) -> int:
+    root = _dest_dir(dest, ctx)
+    with _engine_imports():
+        from .sync_work import SyncJob, sync_prefix  # noqa: PLC0415 - see the module's docstring
+        from .work import copy_prefix, run  # noqa: PLC0415
+    _check_url(source, ctx)
+    _check_profile(settings, ctx)
+
+    # "s3://b/logs" means the folder logs/, as "cp -r logs" would: without the
+    # slash the prefix would also match logs2/ and land it as DEST/2/... .
+    prefix = source.key if not source.key or source.key.endswith("/") else source.key + "/"
+    output = Output(
+        objects=None,
+        quiet=settings.quiet,
+        json_lines=json_lines,
+        debug=settings.debug,
+        bar=settings.bar,
+        run="cp",
+        dry_run=dry_run,
+    )
+    with output:
+        if dry_run:
+            # sync's dry run, with nothing skipped and nothing to delete.
+            job = SyncJob(source.bucket, prefix, root, None, filters(ctx), False, True)
+            complete, _ = run(sync_prefix(settings, job, output), settings.debug)
+        else:
+            work = copy_prefix(
+                settings,
+                source.bucket,
+                prefix,
+                root,
+                strategy=strategy,
+                output=output,
+                filters=filters(ctx) or None,
+            )
+            complete = run(work, settings.debug)
+    if output.done == 0 and complete:
+        output.note(f"no objects under s3://{source.bucket}/{prefix}")
+    return output.summary(complete=complete)
 
 
 def _ranges(
@@ -212,6 +265,7 @@ def cat(
     profile: str | None,
     no_sign_request: bool,
     quiet: bool,
+    no_progress: bool,
     debug: bool,
 ) -> int:
     """Write the object s3://BUCKET/KEY (or what an http/https URL serves) to stdout.
@@ -232,6 +286,7 @@ def cat(
         profile=profile,
         no_sign_request=no_sign_request,
         quiet=quiet,
+        no_progress=no_progress,
         debug=debug,
     )
     return _cat(settings, source, ctx, ranges)

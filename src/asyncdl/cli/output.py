@@ -4,6 +4,15 @@ stdout carries results only (``download: ...`` lines, or JSON Lines with ``--jso
 so it can be piped; errors, the summary and the progress bar go to stderr. The bar
 is drawn (by ``bar``) only when stderr is a terminal (and not ``--quiet``): in a pipe
 or a log it would be noise.
+
+``cp -r`` and ``sync`` end with one line on stderr that says what the run did (see
+:meth:`Output.summary_line`; ``--quiet`` alone hides it):
+
+    2,000 downloaded (997.0 KiB) in 9.1 s, 0 failed
+    sync: 1 downloaded (12 B), 1,999 up to date, 1 deleted in 0.4 s, 0 failed
+
+and with ``--dry-run`` ``(dryrun) 3 to download (12 B) in 0.2 s, 0 failed``, ``(dryrun)
+sync: 3 to download (12 B), 5 up to date, 1 to delete in 0.2 s, 0 failed``.
 """
 
 from __future__ import annotations
@@ -12,6 +21,7 @@ import json
 import os
 import re
 import sys
+import time
 import traceback
 from types import TracebackType
 from typing import IO, TYPE_CHECKING, Any
@@ -102,7 +112,9 @@ class Output:
     """Counts results and prints them as they finish; the progress bar while open.
 
     ``objects`` is the number of objects expected, or ``None`` while a listing is
-    still finding them.
+    still finding them. ``run`` is ``"cp"`` or ``"sync"`` for a run that ends with a
+    summary line (``dry_run``: one that only says what it would do), ``None`` for one
+    that does not (one object, ``cat``).
     """
 
     def __init__(
@@ -113,15 +125,30 @@ class Output:
         json_lines: bool = False,
         debug: bool = False,
         bar: bool | None = None,
+        run: str | None = None,
+        dry_run: bool = False,
     ) -> None:
         self.objects = objects
         self.quiet = quiet
         self.json_lines = json_lines
         self.debug = debug
+        self.run = run
+        self.dry_run = dry_run
         self.done = 0
         self.failed = 0
+        #: Objects downloaded (or with ``dry_run``, that would be), and their bytes.
+        self.downloaded = 0
+        self.downloaded_bytes = 0
+        #: Objects already there (``sync``): nothing sent for them.
+        self.skipped = 0
+        #: Files ``sync --delete`` removed (or would remove).
+        self.deleted = 0
         #: Files ``sync --delete`` could not delete: no object failed for them.
         self.undeleted = 0
+        #: What the listing has found so far (``listing``), and whether it has ended.
+        self._listed: int | None = None
+        self._listing_ended = False
+        self._started = time.monotonic()
         self._stats: EngineStats | None = None
         if bar is None:
             bar = not quiet and sys.stderr.isatty()
@@ -153,8 +180,7 @@ class Output:
         """The engine's progress callback: bytes written (negative: discarded)."""
         if self._bar is None:
             return
-        # One object's total is the bar's total; with many, the listing has not told
-        # us theirs, so the bar counts bytes without one.
+        # One object's total is the bar's total; with many, the listing's (``listing``).
         self._bar.advance(delta, total if self.objects == 1 else None)
 
     def finished(self, result: DownloadResult) -> None:
@@ -170,19 +196,34 @@ class Output:
             self.print_line(printable(line), sys.stdout)
         if result.partial_discarded is not None and not self.json_lines:
             self.note(f"note: {shown(result)}: {result.partial_discarded}")
+        if result.skipped:
+            self.skipped += 1
+            if self._bar is not None and result.size:
+                # The listing's byte total counts what is already there: so does the bar.
+                self._bar.advance(result.size, None)
+        elif result.error is None:
+            self.downloaded += 1
+            self.downloaded_bytes += result.size or 0
         self.count(result.error)
 
-    def listed(self, objects: int, size: int) -> None:
-        """The listing has ended (``download_prefix``'s ``listed``): ``objects`` is the
-        total, ``size`` the bytes to fetch (the bar counted bytes without a total)."""
-        self.objects = objects
+    def would_download(self, size: int) -> None:
+        """``--dry-run``: one object the run would download, of ``size`` bytes."""
+        self.downloaded += 1
+        self.downloaded_bytes += size
+
+    def listing(self, objects: int, size: int, ended: bool) -> None:
+        """``download_prefix``'s ``listing``: ``objects`` listed so far, their bytes, and
+        whether the listing has ended. The bar shows both totals from the first pages
+        (``N+`` objects while the listing goes on), and with them an ETA."""
+        self._listed = objects
+        self._listing_ended = ended
         if self._bar is not None:
+            self._bar.set_total(size)
             self._bar.describe(self._objects_text())
-            self._bar.advance(0, size)
 
     def all_listed(self) -> None:
         """The listing has ended and every object it named is done: their number is the
-        total (the bar said ``N/?`` until now)."""
+        total."""
         self.objects = self.done
         if self._bar is not None:
             self._bar.describe(self._objects_text())
@@ -237,7 +278,8 @@ class Output:
             raise ReaderGone from None
 
     def summary(self, *, complete: bool = True) -> int:
-        """Print the failures' count if any; return the exit status (0 or 1).
+        """Print the failures' count if any, then (``cp -r``, ``sync``; not with
+        ``--quiet``) the summary line; return the exit status (0 or 1).
 
         ``complete`` is False when a listing failed before it found every object.
         With ``--debug``, the engine's stats follow, the run's last lines.
@@ -245,8 +287,25 @@ class Output:
         try:
             return self._summary(complete)
         finally:
+            if self.run is not None and not self.quiet:
+                click.echo(self.summary_line(), err=True)
             for line in self._stats.lines() if self._stats is not None else ():
                 click.echo(f"stats: {line}", err=True)
+
+    def summary_line(self, seconds: float | None = None) -> str:
+        """What the run did, in one line (the module's docstring shows its forms);
+        ``seconds`` since the output was made unless given."""
+        if seconds is None:
+            seconds = time.monotonic() - self._started
+        verb = "to download" if self.dry_run else "downloaded"
+        fetched = f"{self.downloaded:,} {verb} ({human_size(self.downloaded_bytes)})"
+        took = f"in {seconds:.1f} s, {self.failed:,} failed"
+        if self.run == "sync":
+            deleted = f"{self.deleted:,} {'to delete' if self.dry_run else 'deleted'}"
+            line = f"sync: {fetched}, {self.skipped:,} up to date, {deleted} {took}"
+        else:
+            line = f"{fetched} {took}"
+        return f"(dryrun) {line}" if self.dry_run else line
 
     def _summary(self, complete: bool) -> int:
         if not self.failed and not self.undeleted and complete:
@@ -263,10 +322,31 @@ class Output:
         return 1
 
     def _objects_text(self) -> str:
-        total = "?" if self.objects is None else str(self.objects)
+        if self.objects is not None:
+            total = str(self.objects)
+        elif self._listed is not None:
+            total = f"{self._listed}{'' if self._listing_ended else '+'}"
+        else:
+            total = "?"
         failed = f", {self.failed} failed" if self.failed else ""
         return f"{self.done}/{total} objects{failed}"
 
 
 def mib(size: int) -> str:
     return f"{size / 2**20:.1f} MiB"
+
+
+_UNITS = ("KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
+
+
+def human_size(size: int) -> str:
+    """``size`` bytes for people: ``"999 B"``, ``"1.0 KiB"``, ``"997.1 MiB"`` (powers of
+    1024, one decimal)."""
+    if abs(size) < 1024:
+        return f"{size} B"
+    value = float(size)
+    for unit in _UNITS:
+        value /= 1024
+        if abs(value) < 1024 or unit == _UNITS[-1]:
+            break
+    return f"{value:.1f} {unit}"

@@ -2,10 +2,9 @@
 changed, and with ``--delete`` removing the files asyncdl wrote whose keys are gone.
 
 ``--exclude`` and ``--include`` act in the order they are given (the last that
-matches wins, as in the AWS CLI). click hands each repeatable option its own tuple
-and loses that order; its parser keeps it (one entry per occurrence), so the command
-reads it back from there. What the command runs is in ``sync_work``, imported only
-once the arguments are parsed (see ``commands``).
+matches wins, as in the AWS CLI; see ``filter_options``, which ``cp --recursive``
+shares). What the command runs is in ``sync_work``, imported only once the arguments
+are parsed (see ``commands``).
 """
 
 from __future__ import annotations
@@ -15,7 +14,6 @@ from collections.abc import Sequence
 
 import click
 
-from ..filters import KINDS
 from ..key_paths import folder
 from .app import cli, make_settings, transfer_options
 from .commands import (
@@ -26,34 +24,12 @@ from .commands import (
     _s3_url,
     _validate_option,
 )
+from .filter_options import FilteredCommand, filter_options, filters
 from .output import Output
 from .params import S3Url
 
-#: Where the parse leaves the filters, in command-line order, for the command.
-_FILTERS = "asyncdl.filters"
 
-
-class _SyncCommand(click.Command):
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        # A parse of our own, for the order only: click's, below, checks and converts.
-        _, _, order = self.make_parser(ctx).parse_args(args=list(args))
-        rest = super().parse_args(ctx, args)
-        if ctx.resilient_parsing:  # shell completion: values may be missing
-            return rest
-        given = {kind: iter(ctx.params.get(kind) or ()) for kind in KINDS}
-        ctx.meta[_FILTERS] = [
-            (param.name, next(given[param.name])) for param in order if param.name in KINDS
-        ]
-        return rest
-
-
-_FILTER_HELP = (
-    "keys (paths under DIR) that match PATTERN; repeatable, and the last "
-    "--exclude/--include that matches wins."
-)
-
-
-@cli.command(cls=_SyncCommand)
+@cli.command(cls=FilteredCommand)
 @click.argument("source", metavar="S3_URL", callback=_s3_url)
 @click.argument("dest", metavar="DIR")
 @click.option("--delete", is_flag=True, help="Remove files asyncdl wrote whose keys are gone.")
@@ -63,10 +39,8 @@ _FILTER_HELP = (
     help="With --delete: fail at once if another sync --delete into DIR is running "
     "(by default this one waits for it to end).",
 )
-@click.option("--dry-run", is_flag=True, help="Print what would be done; do nothing.")
+@filter_options
 @click.option("--size-only", is_flag=True, help="An object is unchanged if its size is.")
-@click.option("--exclude", metavar="PATTERN", multiple=True, help=f"Leave out {_FILTER_HELP}")
-@click.option("--include", metavar="PATTERN", multiple=True, help=f"Take back {_FILTER_HELP}")
 @click.option(
     "--resume/--no-resume",
     default=True,
@@ -104,6 +78,7 @@ def sync(
     profile: str | None,
     no_sign_request: bool,
     quiet: bool,
+    no_progress: bool,
     debug: bool,
 ) -> int:
     """Make DIR hold every object under S3_URL, fetching only what is new or changed.
@@ -130,6 +105,7 @@ def sync(
         profile=profile,
         no_sign_request=no_sign_request,
         quiet=quiet,
+        no_progress=no_progress,
         debug=debug,
     )
     settings = dataclasses.replace(
@@ -148,12 +124,20 @@ def sync(
         prefix=folder(source.key),
         root=root,
         mode="size" if size_only else "etag",
-        filters=tuple(ctx.meta.get(_FILTERS, ())),
+        filters=filters(ctx),
         delete=delete,
         dry_run=dry_run,
         wait=not no_wait,
     )
-    output = Output(objects=None, quiet=quiet, json_lines=json_lines, debug=debug)
+    output = Output(
+        objects=None,
+        quiet=quiet,
+        json_lines=json_lines,
+        debug=debug,
+        bar=settings.bar,
+        run="sync",
+        dry_run=dry_run,
+    )
     with output:
         complete, listed = run(sync_prefix(settings, job, output), debug)
     if listed == 0 and complete:

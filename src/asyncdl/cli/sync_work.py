@@ -1,7 +1,7 @@
 """What ``asyncdl sync`` runs once its arguments are parsed: ``cp -r``'s download of
 the prefix, skipping what is already there (``skip_existing``), then with
 ``--delete`` the removal of stale files asyncdl wrote; or with ``--dry-run`` the
-listing alone, and what the rest would do.
+listing alone, and what the rest would do (``cp -r --dry-run`` too, skipping nothing).
 
 Removals come after the listing has finished, and only then: a listing that fails
 midway has not named every key, and a file whose key it did not reach yet is not
@@ -40,8 +40,9 @@ class SyncJob:
     #: The folder: empty, or ending in ``/``.
     prefix: str
     root: Path
-    #: ``skip_existing``: ``"etag"``, or ``"size"`` (``--size-only``).
-    mode: str
+    #: ``skip_existing``: ``"etag"``, or ``"size"`` (``--size-only``); ``None`` (a
+    #: ``cp -r --dry-run``): nothing is skipped.
+    mode: str | None
     #: ``(kind, pattern)`` in command-line order.
     filters: tuple[tuple[str, str], ...]
     delete: bool
@@ -122,10 +123,11 @@ async def _plan(settings: Settings, job: SyncJob, output: Output) -> tuple[bool,
     """``--dry-run``: the listing, and what the run would download and remove."""
     from ..bulk import list_prefix  # noqa: PLC0415 - with the engine's imports
 
-    skips = Skips(job.root, job.mode)
+    skips = None if job.mode is None else Skips(job.root, job.mode)
     listed: set[str] = set()
     try:
-        await skips.load()
+        if skips is not None:
+            await skips.load()
         async with _open_engine(settings, output) as engine:
             items = list_prefix(
                 engine.list_pages(job.bucket, job.prefix),
@@ -142,7 +144,10 @@ async def _plan(settings: Settings, job: SyncJob, output: Output) -> tuple[bool,
                         continue
                     listed.add(item.relative.as_posix())
                     target = job.root.joinpath(*item.relative.parts)
-                    if not await skips.skips(target, item.size, item.etag):
+                    if skips is not None and await skips.skips(target, item.size, item.etag):
+                        output.skipped += 1
+                    else:
+                        output.would_download(item.size)
                         _say(
                             output,
                             "download",
@@ -156,7 +161,8 @@ async def _plan(settings: Settings, job: SyncJob, output: Output) -> tuple[bool,
         output.error(error)
         return False, output.done
     finally:
-        skips.close()
+        if skips is not None:
+            skips.close()
     output.all_listed()
     if job.delete:
         await _delete(job, listed, output)
@@ -222,6 +228,8 @@ def _say(
     ``(dryrun) download: s3://BUCKET/KEY to PATH``; or its JSON, which a removal that
     failed has too, with its ``error`` (as an object's line has it); its text is on
     stderr."""
+    if action == "delete" and error is None:
+        output.deleted += 1
     if output.json_lines:
         line: dict[str, object] = {"action": action, "dry_run": dry_run, "path": str(path)}
         if key:

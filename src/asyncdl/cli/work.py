@@ -133,7 +133,7 @@ async def copy_prefix(
             root,
             strategy=strategy,
             progress=output.progress,
-            listed=output.listed,
+            listing=output.listing,
             **options,
         )
         try:
@@ -188,7 +188,10 @@ def cat_object(settings: Settings, source: S3Url | HttpUrl) -> int:
         objects=1,
         quiet=settings.quiet,
         debug=settings.debug,
-        bar=not settings.quiet and sys.stderr.isatty() and not stdout.isatty(),
+        bar=settings.progress
+        and not settings.quiet
+        and sys.stderr.isatty()
+        and not stdout.isatty(),
     )
     with output:
         run(_stream_to(settings, source, stdout, output), settings.debug)
