@@ -21,7 +21,7 @@ from .body_reader import SpoolTo
 from .clients import pool_size
 from .config import TransferConfig
 from .lean_send import Route, route_for
-from .listing import list_pages
+from .list_objects import list_pages
 from .request_args import ExtraArgs, check_bucket_and_key, check_extra_args
 from .s3_source import S3Object
 from .signed_get import SignedGets

@@ -1,8 +1,8 @@
 """The engine's reads that are not downloads nor streams: an object's HEAD, a listing's
 pages, a whole (small) object into memory, many byte ranges of one object pinned to one
 version, an object or a URL as a file to read at any offset. :class:`~asyncdl.Engine`
-inherits them; each hands on to the module that does the work (``object_info``,
-``listing`` through the context, ``range_reads``, ``random_access``)."""
+inherits them; each hands on to what does the work (``S3Object.head`` with retries,
+``list_objects`` through the context, ``range_reads``, ``random_access``)."""
 
 from __future__ import annotations
 
@@ -10,14 +10,15 @@ import contextlib
 from collections.abc import AsyncGenerator, Iterable, Mapping
 from typing import Any
 
-from . import object_info, range_reads
+from . import range_reads
 from .adaptive import own_slots
 from .config import is_int_at_least
 from .context import Context
 from .errors import DownloadError, InvalidRequestError
 from .object_info import ObjectInfo
 from .random_access import FirstBlock, RandomAccessReader
-from .request_args import ExtraArgs
+from .request_args import ExtraArgs, check_bucket_and_key, check_extra_args
+from .retry import with_retries
 from .streaming import ObjectStream
 
 
@@ -49,8 +50,15 @@ class MemoryReads:
             extra_args: HeadObject's arguments among those :meth:`download` takes
                 (``VersionId``, the ``SSECustomer...`` ones, ...).
         """
+        ctx = self._context
         with own_slots():
-            return await object_info.head(self._context, bucket, key, extra_args)
+            check_bucket_and_key(bucket, key)
+            args = check_extra_args(extra_args, bucket=bucket, key=key)
+            obj = ctx.s3_object(bucket, key, args)
+            meta = await with_retries(
+                ctx.config, obj.head, bucket=bucket, key=key, what="the HEAD", counters=ctx.counters
+            )
+        return ObjectInfo(meta.size, meta.etag, meta.headers)
 
     def list_pages(
         self,
