@@ -106,7 +106,7 @@ async def download(args: argparse.Namespace) -> dict[str, Any]:
 
 def count_waiting() -> dict[str, int]:
     """Count the reads waiting for the cap at once (the most, and now)."""
-    from asyncdl.bandwidth import TokenBucket  # noqa: PLC0415 - the worker only
+    from asyncdl._wire.bandwidth import TokenBucket  # noqa: PLC0415 - the worker only
 
     counts = {"now": 0, "most": 0}
     take = TokenBucket.take

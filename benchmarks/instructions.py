@@ -55,7 +55,7 @@ LOW_PREFIX = "low/"
 def run_command(args: argparse.Namespace) -> None:
     """The measured process for ``--strategy command``: ``asyncdl cp -r`` of the
     ``args.count`` objects, in this process."""
-    from asyncdl import quick_io  # noqa: PLC0415
+    from asyncdl._files import quick_io  # noqa: PLC0415
     from asyncdl.cli import main as command  # noqa: PLC0415
 
     quick_io.QuickIO.LIMIT = args.quick_io_limit
@@ -82,7 +82,7 @@ def run_command(args: argparse.Namespace) -> None:
 async def download(args: argparse.Namespace) -> None:
     """The measured process: ``args.count`` objects through one engine."""
     import asyncdl  # noqa: PLC0415
-    from asyncdl import quick_io  # noqa: PLC0415
+    from asyncdl._files import quick_io  # noqa: PLC0415
     from asyncdl.cli.work import tuned_collector  # noqa: PLC0415
 
     quick_io.QuickIO.LIMIT = args.quick_io_limit

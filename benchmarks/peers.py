@@ -269,7 +269,7 @@ async def run_parallel_ranges(job: Job, meter: Meter) -> list[str]:
     from aiobotocore.config import AioConfig  # noqa: PLC0415
     from aiobotocore.session import get_session  # noqa: PLC0415
 
-    from asyncdl.writer import preallocate  # noqa: PLC0415 - a syscall, as asyncdl makes it
+    from asyncdl._files.writer import preallocate  # noqa: PLC0415 - a syscall, as asyncdl makes it
 
     errors: list[str] = []
     semaphore = asyncio.Semaphore(job.concurrency)

@@ -26,7 +26,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel
 
 import asyncdl
-from asyncdl.bulk import relative_path
+from asyncdl._bulk.bulk import relative_path
 from asyncdl.contrib.fastapi import EngineDep, lifespan, object_response
 
 

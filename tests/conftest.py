@@ -17,9 +17,9 @@ from aiobotocore.session import get_session
 from botocore.config import Config
 
 import asyncdl
+from asyncdl._files.writer import is_temp_file
 from asyncdl.testing.moto_server import moto_server
 from asyncdl.testing.tcp_proxy import RequestRecord, TcpProxy
-from asyncdl.writer import is_temp_file
 
 CHUNK = 64 * 1024
 _bucket_numbers = itertools.count()

@@ -30,12 +30,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from asyncdl import journal
-from asyncdl.file_records import SIDECAR_DIR, EtagStore
-from asyncdl.partial_paths import JOURNAL_SUFFIX, PARTIAL_SUFFIX
+from asyncdl._files import journal
+from asyncdl._files.file_records import SIDECAR_DIR, EtagStore
+from asyncdl._files.partial_paths import JOURNAL_SUFFIX, PARTIAL_SUFFIX
+from asyncdl._files.writer import is_temp_file
 from asyncdl.testing.moto_server import FAKE_ENV
 from asyncdl.testing.tcp_proxy import TcpProxy
-from asyncdl.writer import is_temp_file
 
 from .spawn import spawned
 

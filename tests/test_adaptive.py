@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import asyncdl
-from asyncdl.adaptive import Budget
+from asyncdl._wire.adaptive import Budget
 from asyncdl.testing.tcp_proxy import Fault, TcpProxy
 from asyncdl.testing.throttle import SlowDownAbove
 
@@ -174,7 +174,7 @@ async def test_a_listing_page_holds_a_slot_and_a_throttled_one_lowers_the_limit(
 ) -> None:
     """S3 rates a prefix's LISTs and GETs together: a page request takes a slot of the
     budget as a GET does, and its SlowDown cuts the limit as a GET's would."""
-    from asyncdl.list_objects import list_pages  # noqa: PLC0415 - the module under test
+    from asyncdl._wire.list_objects import list_pages  # noqa: PLC0415 - the module under test
 
     put_in_backend(bucket, {f"p/k{i}": b"x" for i in range(3)})
     answers = iter([Fault(status=503, error_code="SlowDown"), Fault(delay=0.3)])

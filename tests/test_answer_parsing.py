@@ -14,7 +14,7 @@ from aiobotocore.parsers import AioRestXMLParser
 from aiobotocore.session import get_session
 from botocore.utils import parse_timestamp as botocore_timestamp
 
-from asyncdl.answer_parsing import ParserFactory, parse_timestamp
+from asyncdl._wire.answer_parsing import ParserFactory, parse_timestamp
 
 NS = 'xmlns="http://s3.amazonaws.com/doc/2006-03-01/"'
 

@@ -18,7 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 import asyncdl
-from asyncdl.bandwidth import TokenBucket
+from asyncdl._wire.bandwidth import TokenBucket
 from asyncdl.cli import cli
 from asyncdl.testing.tcp_proxy import Fault, TcpProxy
 

@@ -16,7 +16,7 @@ import pytest
 from moto.s3.models import s3_backends
 
 import asyncdl
-from asyncdl.bulk import relative_path
+from asyncdl._bulk.bulk import relative_path
 from asyncdl.cli.output import result_json
 from asyncdl.testing.tcp_proxy import Fault, TcpProxy
 

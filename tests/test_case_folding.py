@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from asyncdl import folding
+from asyncdl._files import folding
 from asyncdl.cli import cli
 from asyncdl.testing.tcp_proxy import TcpProxy
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
+from asyncdl._files.partials import TEMP_QUIET, find_partials, remove_partial
 from asyncdl.cli import cli
-from asyncdl.partials import TEMP_QUIET, find_partials, remove_partial
 
 from .spawn import spawned
 

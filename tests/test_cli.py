@@ -22,12 +22,12 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
+from asyncdl._files.writer import is_temp_file
 from asyncdl.cli import cli
 from asyncdl.cli.output import printable
 from asyncdl.cli.params import S3Url, parse_endpoint_url, parse_s3_url, parse_size
 from asyncdl.testing.moto_server import FAKE_ENV
 from asyncdl.testing.tcp_proxy import Fault, RequestRecord, TcpProxy
-from asyncdl.writer import is_temp_file
 
 from .conftest import CHUNK, payload, temp_files
 from .spawn import sigint_ignored, spawned, stops_ignored

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from asyncdl.clients import create_default_client
+from asyncdl._wire.clients import create_default_client
 from asyncdl.config import TransferConfig
 
 

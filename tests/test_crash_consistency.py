@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
+from asyncdl._files.writer import is_temp_file
 from asyncdl.testing.tcp_proxy import TcpProxy
-from asyncdl.writer import is_temp_file
 
 from .conftest import CHUNK, payload
 from .crash_runs import (

@@ -82,7 +82,7 @@ def test_crcs_first_used_from_many_threads_at_once(hide_isal: bool, tmp_path: Pa
 
 
 def test_crc_values_are_awscrts() -> None:
-    from asyncdl import checksums  # noqa: PLC0415 - what is checked: its functions now
+    from asyncdl._wire import checksums  # noqa: PLC0415 - what is checked: its functions now
 
     reference = {
         "CRC32": (zlib.crc32, crt.combine_crc32),

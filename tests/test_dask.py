@@ -29,12 +29,12 @@ from moto.s3.models import s3_backends
 
 import asyncdl
 import asyncdl.dask as adask
-from asyncdl import file_records as _skip
+from asyncdl._files import file_records as _skip
+from asyncdl._files.writer import is_temp_file
 from asyncdl.dask import _sweep
 from asyncdl.dask._partition import Job, run_partition
 from asyncdl.testing.moto_server import FAKE_ENV
 from asyncdl.testing.tcp_proxy import Fault, TcpProxy
-from asyncdl.writer import is_temp_file
 
 from .conftest import CHUNK, payload
 

@@ -1,5 +1,5 @@
 """Temp files of killed writers: a later run over the same directories removes them,
-never one a live writer holds (``asyncdl.dead_temps``)."""
+never one a live writer holds (``asyncdl._files.dead_temps``)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import asyncdl
-from asyncdl import dead_temps, writer
+from asyncdl._files import dead_temps, writer
 
 from .conftest import payload, temp_files
 

@@ -18,7 +18,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 import asyncdl
-from asyncdl import file_records
+from asyncdl._files import file_records
 from asyncdl.cli import cli
 from asyncdl.testing.tcp_proxy import Fault, RequestRecord, TcpProxy
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 import asyncdl
+from asyncdl._files.writer import TempFile
 from asyncdl.testing.tcp_proxy import Fault, RequestRecord, TcpProxy
-from asyncdl.writer import TempFile
 
 from .conftest import CHUNK, gets, gone_within_a_second, make_client, payload, temp_files
 

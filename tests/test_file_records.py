@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 import asyncdl
-from asyncdl import file_records
-from asyncdl.file_records import EtagStore
-from asyncdl.filters import Filters, compile_filters
-from asyncdl.stale import remove_stale, stale_files
+from asyncdl._bulk.filters import Filters, compile_filters
+from asyncdl._files import file_records
+from asyncdl._files.file_records import EtagStore
+from asyncdl._files.stale import remove_stale, stale_files
 from asyncdl.testing.tcp_proxy import TcpProxy
 
 from .conftest import payload

@@ -25,12 +25,12 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from asyncdl import file_records, held_dirs
+from asyncdl._files import file_records, held_dirs
+from asyncdl._files.held_dirs import HeldDir
+from asyncdl._files.journal import Header
+from asyncdl._files.partial_file import PartialFile
+from asyncdl._files.partial_paths import paths_for
 from asyncdl.cli import cli
-from asyncdl.held_dirs import HeldDir
-from asyncdl.journal import Header
-from asyncdl.partial_file import PartialFile
-from asyncdl.partial_paths import paths_for
 from asyncdl.testing.tcp_proxy import Fault, RequestRecord, TcpProxy
 
 from .conftest import payload

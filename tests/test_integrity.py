@@ -17,7 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import asyncdl
-from asyncdl.checksums import (
+from asyncdl._files.writer import TempFile
+from asyncdl._wire.checksums import (
     CrcCombiner,
     ExpectedChecksum,
     crc_function,
@@ -28,7 +29,6 @@ from asyncdl.checksums import (
 )
 from asyncdl.testing.moto_server import serving_whole_objects_for_parts
 from asyncdl.testing.tcp_proxy import Fault, RequestRecord, TcpProxy
-from asyncdl.writer import TempFile
 
 from .conftest import CHUNK, make_client, payload, temp_files
 

@@ -1,4 +1,4 @@
-"""asyncdl.interrupts: which signals a command's run takes over, and that it gives them back.
+"""asyncdl._interrupts: which signals a command's run takes over, and that it gives them back.
 
 Stopping a real process with them is tested on the command (tests/test_cli.py,
 tests/test_demo.py); here the run sends no signal, it only looks at dispositions.
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from asyncdl import interrupts
+from asyncdl import _interrupts as interrupts
 
 
 def own_handler(signum: int, frame: Any) -> None: ...

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 import asyncdl
-from asyncdl import file_records, partial_paths
-from asyncdl.bulk import relative_path
+from asyncdl._bulk.bulk import relative_path
+from asyncdl._files import file_records, partial_paths
+from asyncdl._files.writer import is_temp_file
 from asyncdl.testing.tcp_proxy import TcpProxy
-from asyncdl.writer import is_temp_file
 
 from .test_bulk import files_under, put_many
 

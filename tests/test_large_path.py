@@ -13,14 +13,14 @@ from typing import Any
 import pytest
 
 import asyncdl
-from asyncdl import file_writes, quick_io
-from asyncdl.body_reader import BodyReader
-from asyncdl.parts import BUFFERED, Fetch, fetch_ranges
+from asyncdl._files import file_writes, quick_io
+from asyncdl._files.writer import TempFile
+from asyncdl._transfer.parts import BUFFERED, Fetch, fetch_ranges
+from asyncdl._transfer.verify import Verifier
+from asyncdl._wire.body_reader import BodyReader
 from asyncdl.progress import Reporter
 from asyncdl.testing.moto_server import serving_ranges
 from asyncdl.testing.tcp_proxy import TcpProxy
-from asyncdl.verify import Verifier
-from asyncdl.writer import TempFile
 
 from .conftest import make_client, payload
 
@@ -150,7 +150,7 @@ async def test_a_short_vectored_write_resumes_where_it_stopped(
 
 
 async def test_a_small_file_in_pieces_stays_deferred_and_gets_its_crc(tmp_path: Path) -> None:
-    from asyncdl.checksums import crc_function  # noqa: PLC0415
+    from asyncdl._wire.checksums import crc_function  # noqa: PLC0415
 
     crc32c = crc_function("CRC32C")
     temp = TempFile(tmp_path / "t", 6)

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 import asyncdl
-from asyncdl.listing import list_ahead
+from asyncdl._bulk.listing import list_ahead
 from asyncdl.testing.tcp_proxy import Fault, TcpProxy
 
 from .test_bulk import put_in_backend

@@ -37,7 +37,7 @@ def fail_pages(proxy: TcpProxy, faults: dict[int, list[Fault]]) -> None:
 
 
 async def keys_listed(engine: asyncdl.Engine, bucket: str, **kwargs: Any) -> list[str]:
-    from asyncdl.list_objects import list_pages  # noqa: PLC0415 - the module under test
+    from asyncdl._wire.list_objects import list_pages  # noqa: PLC0415 - the module under test
 
     config = engine.config
     pages = list_pages(engine.client, config, bucket=bucket, prefix="p/", **kwargs)
@@ -111,7 +111,7 @@ async def test_the_next_page_is_asked_for_while_this_one_is_worked_on(
     engine: asyncdl.Engine, s3: Any, bucket: str, proxy: TcpProxy
 ) -> None:
     """One page ahead, no more; closing the listing early asks for nothing further."""
-    from asyncdl.list_objects import list_pages  # noqa: PLC0415 - the module under test
+    from asyncdl._wire.list_objects import list_pages  # noqa: PLC0415 - the module under test
 
     put_many(s3, bucket, {f"p/{i}": b"x" for i in range(7)})
     pages = list_pages(engine.client, engine.config, bucket=bucket, prefix="p/", page_size=2)

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 import asyncdl
-from asyncdl.checksums import ExpectedChecksum, crc_function, encode_crc, every_crc
+from asyncdl._files.writer import TempFile
+from asyncdl._transfer.verify import Verifier
+from asyncdl._wire.checksums import ExpectedChecksum, crc_function, encode_crc, every_crc
 from asyncdl.testing.tcp_proxy import Fault, RequestRecord, TcpProxy
-from asyncdl.verify import Verifier
-from asyncdl.writer import TempFile
 
 from .conftest import CHUNK, make_client, payload
 

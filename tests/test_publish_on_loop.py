@@ -13,14 +13,14 @@ from typing import Any
 import pytest
 
 import asyncdl
-from asyncdl import quick_io
-from asyncdl.quick_io import QuickIO
-from asyncdl.writer import TempFile
+from asyncdl._files import quick_io
+from asyncdl._files.quick_io import QuickIO
+from asyncdl._files.writer import TempFile
 
 # The modules that use the policy, imported (as in any process that downloaded before)
 # while the process's own policy is in place.
-importlib.import_module("asyncdl.transfer")
-importlib.import_module("asyncdl.writer")
+importlib.import_module("asyncdl._transfer.transfer")
+importlib.import_module("asyncdl._files.writer")
 #: The process's own policy.
 PROCESS_POLICY = quick_io.QUICK_IO
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from asyncdl import quick_io
-from asyncdl.quick_io import QuickIO, QuickWrites
+from asyncdl._files import quick_io
+from asyncdl._files.quick_io import QuickIO, QuickWrites
 
 
 def sleeping(seconds: float) -> None:

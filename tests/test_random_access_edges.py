@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import asyncdl
-from asyncdl.adaptive import SLOT
+from asyncdl._wire.adaptive import SLOT
 from asyncdl.testing.tcp_proxy import Fault, TcpProxy
 
 from .conftest import make_client, payload

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from asyncdl.ranges import (
+from asyncdl._wire.ranges import (
     ByteRange,
     ContentRange,
     LastBytes,

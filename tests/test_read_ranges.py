@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import asyncdl
-from asyncdl.range_plan import Span, check_ranges, coalesce
-from asyncdl.range_reads import SpanSink
+from asyncdl._reads.range_plan import Span, check_ranges, coalesce
+from asyncdl._reads.range_reads import SpanSink
 from asyncdl.testing.tcp_proxy import Fault, RequestRecord, TcpProxy
 
 from .conftest import CHUNK, gets, payload

@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from asyncdl import file_records, journal
+from asyncdl._files import file_records, journal
+from asyncdl._files.file_records import SIDECAR_DIR, XATTR, EtagStore
+from asyncdl._files.stale import Stale, remove_stale, stale_files
 from asyncdl.cli import cli
-from asyncdl.file_records import SIDECAR_DIR, XATTR, EtagStore
-from asyncdl.stale import Stale, remove_stale, stale_files
 from asyncdl.testing.tcp_proxy import TcpProxy
 
 from .conftest import CHUNK

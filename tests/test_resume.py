@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 import asyncdl
-from asyncdl import partial_paths
+from asyncdl._files import partial_paths
+from asyncdl._files.writer import is_temp_file
 from asyncdl.testing.tcp_proxy import Fault, RequestRecord, TcpProxy
-from asyncdl.writer import is_temp_file
 
 from .conftest import CHUNK, gone_within_a_second, payload, temp_files
 from .test_moto_server import PART, put_multipart

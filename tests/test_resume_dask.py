@@ -15,7 +15,7 @@ from distributed import Client
 
 import asyncdl
 import asyncdl.dask as adask
-from asyncdl import partial_paths
+from asyncdl._files import partial_paths
 from asyncdl.testing.tcp_proxy import Fault, TcpProxy
 
 from .conftest import CHUNK, payload

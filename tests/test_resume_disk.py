@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import asyncdl
-from asyncdl import journal, partial_file, partial_paths
+from asyncdl._files import journal, partial_file, partial_paths
 from asyncdl.testing.tcp_proxy import RequestRecord, TcpProxy
 
 from .conftest import CHUNK, payload

@@ -17,7 +17,7 @@ import pytest
 from awscrt import checksums as crt
 
 import asyncdl
-from asyncdl import journal, partial_paths
+from asyncdl._files import journal, partial_paths
 from asyncdl.testing.tcp_proxy import Fault, RequestRecord, TcpProxy
 
 from .conftest import CHUNK, payload

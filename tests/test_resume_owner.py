@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import asyncdl
-from asyncdl import journal, partial_paths
+from asyncdl._files import journal, partial_paths
 from asyncdl.testing.tcp_proxy import Fault, RequestRecord, TcpProxy
 
 from .conftest import payload

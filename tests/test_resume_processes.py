@@ -16,7 +16,7 @@ from typing import Any
 from click.testing import CliRunner
 
 import asyncdl
-from asyncdl import partial_paths
+from asyncdl._files import partial_paths
 from asyncdl.cli import cli
 from asyncdl.testing.moto_server import FAKE_ENV
 from asyncdl.testing.tcp_proxy import TcpProxy

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from asyncdl import dead_temps, journal, partial_file, partial_paths, writer
-from asyncdl.journal import Header
-from asyncdl.partial_file import PartialFile
+from asyncdl._files import dead_temps, journal, partial_file, partial_paths, writer
+from asyncdl._files.journal import Header
+from asyncdl._files.partial_file import PartialFile
 
 SIZE = 1 << 20
 

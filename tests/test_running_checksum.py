@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from asyncdl.running_checksum import RunningChecksum
+from asyncdl._wire.running_checksum import RunningChecksum
 
 from .conftest import payload
 from .test_composite import part_checksum

@@ -16,7 +16,7 @@ from aiobotocore.session import get_session
 from botocore.credentials import CredentialProvider
 
 import asyncdl
-from asyncdl.signed_get import _SENTINEL, SignedGets
+from asyncdl._wire.signed_get import _SENTINEL, SignedGets
 from asyncdl.testing.tcp_proxy import Fault, RequestRecord, TcpProxy
 
 from .conftest import CHUNK, make_client, payload

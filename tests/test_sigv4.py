@@ -13,7 +13,7 @@ from botocore.config import Config
 from botocore.credentials import Credentials
 from botocore.utils import percent_encode
 
-from asyncdl.sigv4 import Signer, signing_key
+from asyncdl._wire.sigv4 import Signer, signing_key
 
 from .test_signed_get import KEYS
 

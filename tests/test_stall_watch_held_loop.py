@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Iterator
 import aiohttp
 import pytest
 
-from asyncdl.body_reader import BodyReader
+from asyncdl._wire.body_reader import BodyReader
 from asyncdl.errors import RetryableError
 
 PIECE = 64 * 1024

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from asyncdl import file_records
+from asyncdl._files import file_records
+from asyncdl._files.file_records import EtagStore
 from asyncdl.cli import cli
-from asyncdl.file_records import EtagStore
 from asyncdl.testing.tcp_proxy import Fault, TcpProxy
 
 from .conftest import CHUNK, payload, temp_files

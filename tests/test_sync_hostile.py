@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
+from asyncdl._files.file_records import RUN_JOURNAL_DIR, SIDECAR_DIR, XATTR
 from asyncdl.cli import cli
-from asyncdl.file_records import RUN_JOURNAL_DIR, SIDECAR_DIR, XATTR
 from asyncdl.testing.tcp_proxy import Fault, TcpProxy
 
 from .test_cli import without_summary

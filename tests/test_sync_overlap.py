@@ -28,8 +28,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from asyncdl._files.file_records import SYNC_LOCK, is_own_name
 from asyncdl.cli import cli
-from asyncdl.file_records import SYNC_LOCK, is_own_name
 from asyncdl.testing.moto_server import FAKE_ENV
 from asyncdl.testing.tcp_proxy import Fault, RequestRecord, TcpProxy
 

@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from asyncdl import file_records, skipping
+from asyncdl._files import file_records, skipping
+from asyncdl._files.file_records import XATTR, EtagStore
+from asyncdl._files.stale import stale_files
 from asyncdl.cli import cli
-from asyncdl.file_records import XATTR, EtagStore
-from asyncdl.stale import stale_files
 from asyncdl.testing.tcp_proxy import TcpProxy
 
 from .conftest import payload

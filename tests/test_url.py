@@ -31,10 +31,10 @@ from botocore.config import Config
 from click.testing import CliRunner
 
 import asyncdl
+from asyncdl._transfer.verify import NO_URL_CHECKSUM
 from asyncdl.cli import cli
 from asyncdl.testing.moto_server import FAKE_ENV
 from asyncdl.testing.tcp_proxy import Fault, RequestRecord, TcpProxy
-from asyncdl.verify import NO_URL_CHECKSUM
 
 from .conftest import CHUNK, payload, temp_files
 

@@ -23,9 +23,9 @@ from click.testing import CliRunner
 from multidict import CIMultiDict
 
 import asyncdl
+from asyncdl._wire.retry import with_retries
+from asyncdl._wire.signed_get import body_length
 from asyncdl.cli import cli
-from asyncdl.retry import with_retries
-from asyncdl.signed_get import body_length
 from asyncdl.testing.tcp_proxy import Fault, TcpProxy
 
 from .conftest import CHUNK, payload

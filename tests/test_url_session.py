@@ -28,9 +28,9 @@ import pytest
 from click.testing import CliRunner
 
 import asyncdl
-from asyncdl import url_session
+from asyncdl._wire import url_session
+from asyncdl._wire.lean_send import _masked
 from asyncdl.cli import cli
-from asyncdl.lean_send import _masked
 
 from .conftest import CHUNK, payload
 from .test_url import _closed_port

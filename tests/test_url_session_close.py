@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 import asyncdl
-from asyncdl import url_session
+from asyncdl._wire import url_session
 
 from .test_url_raw_http import RawServer, ranges_served
 from .test_url_session import aws_settings  # noqa: F401 - autouse: no proxy of the machine's

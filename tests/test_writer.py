@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from asyncdl import quick_io, unnamed_files, writer
-from asyncdl.writer import TEMP_RUN, TempFile, is_temp_file
+from asyncdl._files import quick_io, unnamed_files, writer
+from asyncdl._files.writer import TEMP_RUN, TempFile, is_temp_file
 
 
 def listing(directory: Path) -> list[str]:

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 import asyncdl
-from asyncdl import file_writes, quick_io
-from asyncdl.quick_io import QuickWrites
-from asyncdl.writer import TempFile
+from asyncdl._files import file_writes, quick_io
+from asyncdl._files.quick_io import QuickWrites
+from asyncdl._files.writer import TempFile
 
 from .conftest import payload
 from .test_publish_on_loop import CountingExecutor

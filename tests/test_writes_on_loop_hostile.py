@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 
 import asyncdl
-from asyncdl import quick_io
-from asyncdl.partial_file import PartialFile
-from asyncdl.quick_io import QuickWrites
-from asyncdl.writer import TempFile
+from asyncdl._files import quick_io
+from asyncdl._files.partial_file import PartialFile
+from asyncdl._files.quick_io import QuickWrites
+from asyncdl._files.writer import TempFile
 
 from .conftest import make_client, payload, temp_files
 from .test_integrity import corrupt_gets

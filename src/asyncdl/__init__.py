@@ -9,8 +9,12 @@ import importlib
 import typing
 
 if typing.TYPE_CHECKING:  # what type checkers and IDEs see: the names, imported as usual
+    from ._bulk.bulk import DownloadRequest
+    from ._reads.random_access import RandomAccessReader
+    from ._reads.streaming import ObjectStream
+    from ._reads.sync_reader import SyncReader
+    from ._transfer.strategies import GetFirst, HeadFirst, Strategy
     from .api import download
-    from .bulk import DownloadRequest
     from .config import TransferConfig
     from .engine import Engine
     from .errors import (
@@ -23,12 +27,8 @@ if typing.TYPE_CHECKING:  # what type checkers and IDEs see: the names, imported
         TargetBusyError,
     )
     from .object_info import ObjectInfo
-    from .random_access import RandomAccessReader
     from .results import DownloadResult
     from .stats import EngineStats, RequestCounts
-    from .strategies import GetFirst, HeadFirst, Strategy
-    from .streaming import ObjectStream
-    from .sync_reader import SyncReader
 
     #: The installed version (``"0.1.0"``), read from the package's metadata once asked for.
     __version__: str
@@ -62,21 +62,21 @@ _MODULES = {
     "AccessDeniedError": "errors",
     "ChecksumError": "errors",
     "DownloadError": "errors",
-    "DownloadRequest": "bulk",
+    "DownloadRequest": "_bulk.bulk",
     "DownloadResult": "results",
     "Engine": "engine",
     "EngineStats": "stats",
-    "GetFirst": "strategies",
-    "HeadFirst": "strategies",
+    "GetFirst": "_transfer.strategies",
+    "HeadFirst": "_transfer.strategies",
     "InvalidRequestError": "errors",
     "ObjectChangedError": "errors",
     "ObjectInfo": "object_info",
     "ObjectNotFoundError": "errors",
-    "ObjectStream": "streaming",
-    "RandomAccessReader": "random_access",
+    "ObjectStream": "_reads.streaming",
+    "RandomAccessReader": "_reads.random_access",
     "RequestCounts": "stats",
-    "Strategy": "strategies",
-    "SyncReader": "sync_reader",
+    "Strategy": "_transfer.strategies",
+    "SyncReader": "_reads.sync_reader",
     "TargetBusyError": "errors",
     "TransferConfig": "config",
     "download": "api",

@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ._transfer.strategies import Strategy
+from ._wire.request_args import ExtraArgs
 from .config import TransferConfig
 from .engine import Engine
 from .progress import ProgressCallback
-from .request_args import ExtraArgs
 from .results import DownloadResult
-from .strategies import Strategy
 
 
 async def download(

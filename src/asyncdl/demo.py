@@ -23,7 +23,7 @@ from pathlib import Path
 
 from aiobotocore.session import get_session
 
-from . import interrupts
+from . import _interrupts as interrupts
 from .config import MiB, TransferConfig
 from .engine import Engine
 from .results import DownloadResult

@@ -1,7 +1,7 @@
 """The engine: the face of asyncdl. It holds the resources (one client, one request
 budget, the lean GET path) and offers the public methods, each of which checks its
 input and hands on to the module that does the work (``transfer``, ``streaming``,
-``bulk``); those take the engine's :class:`~asyncdl.context.Context`, never the engine.
+``bulk``); those take the engine's :class:`~asyncdl._transfer.context.Context`, never the engine.
 """
 
 from __future__ import annotations
@@ -12,21 +12,22 @@ from contextlib import AsyncExitStack
 from types import TracebackType
 from typing import Any, Self
 
-from . import bulk, jobs, transfer
-from .adaptive import Budget, own_slots
-from .bulk import DownloadItem
-from .client_settings import ClientSettings
-from .clients import ClientRetries, create_default_client
+from ._bulk import bulk
+from ._bulk.bulk import DownloadItem
+from ._reads.engine_reads import MemoryReads
+from ._reads.streaming import ObjectStream
+from ._transfer import jobs, transfer
+from ._transfer.context import Context
+from ._transfer.strategies import Strategy
+from ._wire.adaptive import Budget, own_slots
+from ._wire.client_settings import ClientSettings
+from ._wire.clients import ClientRetries, create_default_client
+from ._wire.request_args import ExtraArgs
+from ._wire.signed_get import SignedGets
 from .config import TransferConfig
-from .context import Context
-from .engine_reads import MemoryReads
 from .progress import ProgressCallback, with_total
-from .request_args import ExtraArgs
 from .results import DownloadResult
-from .signed_get import SignedGets
 from .stats import EngineStats
-from .strategies import Strategy
-from .streaming import ObjectStream
 
 
 class Engine(MemoryReads):

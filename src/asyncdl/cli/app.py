@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 import click
 
-from ..client_settings import ClientSettings, check_profile, check_region
+from .._wire.client_settings import ClientSettings, check_profile, check_region
 from ..config import MAX_CHUNK_SIZE, MIN_CHUNK_SIZE, TransferConfig
 from .params import converter, parse_endpoint_url, parse_rate, parse_size
 

@@ -1,5 +1,5 @@
 """``asyncdl clean DIR``: list and remove the partial files interrupted copies left
-(see ``asyncdl.partials``), never one a running download holds."""
+(see ``asyncdl._files.partials``), never one a running download holds."""
 
 from __future__ import annotations
 
@@ -50,8 +50,8 @@ def clean(directory: Path, dry_run: bool, older_than: float | None, no_recursive
     another user's) is reported with the reason; the rest are still removed, and the
     exit status is 1.
     """
+    from .._files.partials import find_partials, remove_partial  # noqa: PLC0415 - only when run
     from ..errors import source_name  # noqa: PLC0415 - only when run
-    from ..partials import find_partials, remove_partial  # noqa: PLC0415 - only when run
 
     total = 0
     unseen: list[OSError] = []

@@ -16,7 +16,7 @@ from pathlib import Path, PurePosixPath
 
 import click
 
-from ..key_paths import is_own_name
+from .._files.key_paths import is_own_name
 from . import clean as _clean  # noqa: F401 - registers asyncdl clean
 from .app import Settings, cli, make_settings, transfer_options
 from .filter_options import FilteredCommand, filter_options, filters

@@ -14,12 +14,12 @@ from typing import Any, TypeVar
 
 import click
 
-from ..filters import KINDS
+from .._bulk.filters import KINDS
 
 _Command = TypeVar("_Command", bound=Callable[..., Any])
 
 #: Where the parse leaves the filters, in command-line order, for the command.
-FILTERS = "asyncdl.filters"
+FILTERS = "asyncdl._bulk.filters"
 
 
 class FilteredCommand(click.Command):

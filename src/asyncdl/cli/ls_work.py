@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._bulk.listing import translated
 from ..errors import DownloadError
-from ..listing import translated
 from .app import Settings
 from .output import Output, ReaderGone, human_size, printable, silence_stdout
 from .params import S3Url

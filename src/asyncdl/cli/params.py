@@ -17,7 +17,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 import click
 
-from ..client_settings import NOT_HTTP, endpoint_url_fault, shown_endpoint_url
+from .._wire.client_settings import NOT_HTTP, endpoint_url_fault, shown_endpoint_url
 
 _T = TypeVar("_T")
 
@@ -81,8 +81,8 @@ def check_s3_url(url: S3Url) -> None:
     (aiohttp, botocore: a third of a second) ``--help`` and a mistyped option should not
     pay for. A command checks once all its arguments are parsed, before it sends anything.
     """
+    from .._wire.request_args import check_bucket_and_key  # noqa: PLC0415
     from ..errors import InvalidRequestError  # noqa: PLC0415 - see above
-    from ..request_args import check_bucket_and_key  # noqa: PLC0415
 
     try:
         # The key is checked per command (a prefix may be empty), so any non-empty

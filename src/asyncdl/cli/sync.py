@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import click
 
-from ..key_paths import folder
+from .._files.key_paths import folder
 from .app import cli, make_settings, transfer_options
 from .commands import (
     _check_profile,

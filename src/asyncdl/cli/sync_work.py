@@ -23,12 +23,12 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import sync_lock
+from .._bulk.filters import compile_filters
+from .._files import sync_lock
+from .._files.file_records import SYNC_LOCK, EtagStore
+from .._files.skipping import Skips
+from .._files.stale import Stale, remove_stale, stale_files
 from ..errors import DownloadError, InvalidRequestError
-from ..file_records import SYNC_LOCK, EtagStore
-from ..filters import compile_filters
-from ..skipping import Skips
-from ..stale import Stale, remove_stale, stale_files
 from .app import Settings
 from .output import Output, printable
 from .work import _open_engine, copy_prefix
@@ -121,7 +121,7 @@ async def _locked(job: SyncJob, output: Output) -> sync_lock.Held:
 
 async def _plan(settings: Settings, job: SyncJob, output: Output) -> tuple[bool, int]:
     """``--dry-run``: the listing, and what the run would download and remove."""
-    from ..bulk import list_prefix  # noqa: PLC0415 - with the engine's imports
+    from .._bulk.bulk import list_prefix  # noqa: PLC0415 - with the engine's imports
 
     skips = None if job.mode is None else Skips(job.root, job.mode)
     listed: set[str] = set()

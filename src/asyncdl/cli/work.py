@@ -16,9 +16,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from .. import held_dirs, interrupts, partial_paths, quick_io, url_session
-from ..bulk import failed
-from ..clients import create_default_client
+from .. import _interrupts as interrupts
+from .._bulk.bulk import failed
+from .._files import held_dirs, partial_paths, quick_io
+from .._wire import url_session
+from .._wire.clients import create_default_client
 from ..engine import Engine
 from ..errors import DownloadError, InvalidRequestError
 from . import loops
@@ -61,7 +63,7 @@ class _NoS3Client:
     """What a command's engine holds for a URL instead of an S3 client: a URL needs none,
     and creating one (botocore's client stack) was most of such a command's start-up.
     It lends no HTTP session: the engine's own fetches the URL, set up as this client's
-    would have been (``asyncdl.url_session``)."""
+    would have been (``asyncdl._wire.url_session``)."""
 
 
 @asynccontextmanager

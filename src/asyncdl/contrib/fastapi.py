@@ -34,6 +34,9 @@ from fastapi import Depends, FastAPI, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from .._reads.streaming import ObjectStream, check_parts
+from .._wire.request_args import ExtraArgs
+from .._wire.s3_source import RangeNotSatisfiable
 from ..config import KiB, TransferConfig
 from ..engine import Engine
 from ..errors import (
@@ -44,9 +47,6 @@ from ..errors import (
     ObjectNotFoundError,
 )
 from ..object_info import ObjectInfo
-from ..request_args import ExtraArgs
-from ..s3_source import RangeNotSatisfiable
-from ..streaming import ObjectStream, check_parts
 from .http_ranges import (
     Answer,
     Asked,

@@ -22,11 +22,11 @@ import dask.dataframe as dd
 import distributed
 import pandas as pd
 
+from .._files.file_records import SKIP_MODES
+from .._transfer.strategies import STRATEGIES, Strategy
+from .._wire.request_args import ExtraArgs, check_extra_args
 from ..config import TransferConfig, finite
 from ..errors import InvalidRequestError
-from ..file_records import SKIP_MODES
-from ..request_args import ExtraArgs, check_extra_args
-from ..strategies import STRATEGIES, Strategy
 from ._errors import ManifestError
 from ._listing import MANIFEST_DTYPES, list_all, list_level
 from ._manifest import manifest_frame

@@ -21,7 +21,7 @@ import dask.bag as db
 import dask.dataframe as dd
 import pandas as pd
 
-from ..bulk import DownloadRequest
+from .._bulk.bulk import DownloadRequest
 from ._errors import ManifestError
 
 OPTIONAL = ("size", "etag", "path", "checksum")

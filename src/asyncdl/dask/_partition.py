@@ -27,16 +27,16 @@ from typing import Any
 
 import pandas as pd
 
-from ..bulk import DownloadRequest
+from .._bulk.bulk import DownloadRequest
+from .._files.file_records import EtagStore
+from .._files.key_paths import relative_path
+from .._files.skipping import remember, should_skip
+from .._files.writer import TEMP_RUN
+from .._transfer.strategies import Strategy
+from .._wire.request_args import ExtraArgs, redacted
 from ..config import TransferConfig
 from ..errors import InvalidRequestError
-from ..file_records import EtagStore
-from ..key_paths import relative_path
-from ..request_args import ExtraArgs, redacted
 from ..results import DownloadResult
-from ..skipping import remember, should_skip
-from ..strategies import Strategy
-from ..writer import TEMP_RUN
 from ._runtime import runtime
 from ._sse import key_problem, with_key
 from ._sweep import partition_of, record_dirs

@@ -13,7 +13,7 @@ from __future__ import annotations
 import base64
 import os
 
-from ..request_args import ExtraArgs
+from .._wire.request_args import ExtraArgs
 from ._errors import ManifestError
 
 #: AES-256, S3's one SSE-C algorithm.

@@ -35,9 +35,9 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from pathlib import Path, PurePosixPath
 
-from .. import own_files
-from ..file_records import RUN_JOURNAL_DIR
-from ..writer import is_temp_file
+from .._files import own_files
+from .._files.file_records import RUN_JOURNAL_DIR
+from .._files.writer import is_temp_file
 
 #: Where a run keeps its journals (defined beside the other names of asyncdl's own
 #: files, which no key may take).

@@ -18,8 +18,8 @@ from typing import Any, Protocol
 from fsspec.asyn import sync
 from fsspec.spec import AbstractBufferedFile
 
+from .._reads.random_access import MIN_BLOCK_SIZE, FirstBlock, RandomAccessReader
 from ..config import MiB
-from ..random_access import MIN_BLOCK_SIZE, FirstBlock, RandomAccessReader
 from ._paths import split, translated
 
 

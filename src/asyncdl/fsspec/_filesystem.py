@@ -22,10 +22,10 @@ from typing import Any
 
 from fsspec.asyn import AsyncFileSystem
 
+from .._reads.random_access import FirstBlock, RandomAccessReader
 from ..config import TransferConfig
 from ..engine import Engine
 from ..errors import InvalidRequestError, ObjectNotFoundError
-from ..random_access import FirstBlock, RandomAccessReader
 from ._engines import Opened, close_all, close_opened, transfer_config
 from ._file import AsyncdlFile
 from ._paths import dir_info, file_info, parent, read_only, split, strip, translated, within

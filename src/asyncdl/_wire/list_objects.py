@@ -1,0 +1,108 @@
+"""ListObjectsV2, page by page, each page retried like a GET.
+
+An engine's own client has botocore's retries off (asyncdl owns them), so one
+503 SlowDown or reset on any page would end a listing of millions of keys. Each
+page gets ``config.max_attempts``; a retry asks for the page that failed again
+(its ContinuationToken), never for the listing from the start. What the pages hold
+(the objects, and where each lands) is ``listing``'s to read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator, Mapping
+from typing import Any
+
+from ..config import TransferConfig
+from ..errors import DownloadError
+from ..stats import OK, THROTTLED, Counters, outcome
+from .adaptive import Budget
+from .retry import after_failure
+
+
+async def list_pages(
+    client: Any,
+    config: TransferConfig,
+    *,
+    bucket: str,
+    prefix: str,
+    delimiter: str | None = None,
+    params: Mapping[str, object] | None = None,
+    page_size: int | None = None,
+    counters: Counters | None = None,
+    budget: Budget | None = None,
+) -> AsyncGenerator[dict[str, Any]]:
+    """Every page of ``s3://bucket/prefix`` (``params``: RequestPayer and such), in order.
+
+    ``page_size`` is ListObjectsV2's MaxKeys (S3 gives 1,000 without it). When a page
+    runs out of attempts or fails for good, its error is raised as a ``DownloadError``
+    whose key is the prefix. Each page asked for is counted in ``counters`` (an
+    engine's stats), by its outcome. With an engine's ``budget`` each page request
+    holds one of its slots, as a GET does, and a throttled page lowers its limit: S3
+    rates LISTs and GETs of a prefix together.
+
+    The next page is asked for as soon as a page arrives, while its keys are worked
+    on: a bulk download of many pages would otherwise stall at each page's end for a
+    LIST round trip (100-300 ms on S3) with its slots idle. One page ahead at most; a
+    listing closed early cancels the one in flight.
+    """
+    request: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix, **(params or {})}
+    if delimiter:
+        request["Delimiter"] = delimiter
+    if page_size is not None:
+        request["MaxKeys"] = page_size
+    counts = counters.lists if counters is not None else [0] * 6
+
+    async def fetch(page_request: dict[str, Any]) -> dict[str, Any]:
+        failures = 0
+        while True:
+            epoch = await budget.acquire() if budget is not None else 0
+            try:
+                page: dict[str, Any] = await client.list_objects_v2(**page_request)
+            except BaseException as exc:
+                where = outcome(exc)
+                counts[where] += 1
+                if budget is not None:
+                    if where == THROTTLED:
+                        budget.throttled(epoch)
+                    budget.release()
+                if not isinstance(exc, Exception):
+                    raise
+                failures = await after_failure(
+                    config,
+                    exc,
+                    failures,
+                    bucket=bucket,
+                    key=prefix,
+                    what="a listing page",
+                    counters=counters,
+                )
+                continue
+            counts[OK] += 1
+            if budget is not None:
+                budget.release_ok()
+            return page
+
+    ahead: asyncio.Task[dict[str, Any]] | None = None
+    try:
+        page = await fetch(dict(request))
+        while True:
+            token = page.get("NextContinuationToken")
+            more = bool(page.get("IsTruncated") and token)
+            if more:
+                if token == request.get("ContinuationToken"):
+                    # As botocore's paginator: a server that hands back the same page
+                    # forever must not keep a listing going forever.
+                    raise DownloadError(
+                        "the listing repeated its continuation token", bucket=bucket, key=prefix
+                    )
+                request["ContinuationToken"] = token
+                ahead = asyncio.create_task(fetch(dict(request)))
+            yield page
+            if ahead is None:
+                return
+            page, ahead = await ahead, None
+    finally:
+        if ahead is not None:
+            ahead.cancel()
+            await asyncio.gather(ahead, return_exceptions=True)
