@@ -1,4 +1,5 @@
-"""The package's structure: no import circles, small modules that say what they hold."""
+"""The package's structure: no import circles, layers that import only downward, small
+modules that say what they hold."""
 
 from __future__ import annotations
 
@@ -85,10 +86,89 @@ def test_no_import_circles() -> None:
     assert circles(import_graph(PACKAGE)) == []
 
 
-def test_nothing_below_the_engine_imports_it() -> None:
-    graph = import_graph(PACKAGE)
-    below = ["transfer", "parts", "bulk", "streaming", "context", "listing", "strategies"]
-    assert [name for name in below if "asyncdl.engine" in graph[f"asyncdl.{name}"]] == []
+#: The layers, top to bottom: a module imports only from its own layer's package
+#: and from layers below it. The face (the engine, ``download``, the package's
+#: ``__init__``, the command, the integrations, the demo) is every module not named here.
+LAYERS: list[tuple[str, ...]] = [
+    ("asyncdl._bulk", "asyncdl._reads"),
+    ("asyncdl._transfer",),
+    ("asyncdl._files",),
+    ("asyncdl._wire",),
+    (
+        "asyncdl.config",
+        "asyncdl.errors",
+        "asyncdl.object_info",
+        "asyncdl.progress",
+        "asyncdl.results",
+        "asyncdl.stats",
+        "asyncdl._interrupts",
+        "asyncdl.testing",
+    ),
+]
+#: The top-level modules and packages of the face.
+FACE = {
+    "asyncdl",
+    "asyncdl.api",
+    "asyncdl.cli",
+    "asyncdl.contrib",
+    "asyncdl.dask",
+    "asyncdl.demo",
+    "asyncdl.engine",
+}
+
+
+def layer_of(module: str) -> tuple[int, str]:
+    """The layer a module is in (0 is the face) and the part of it that it belongs to:
+    its subpackage, or for a top-level module the module itself."""
+    for rank, parts in enumerate(LAYERS, start=1):
+        for part in parts:
+            if module == part or module.startswith(part + "."):
+                return rank, part
+    return 0, "face"
+
+
+def upward(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """Every import that runs up a layer, or across one to a sibling's package."""
+    found = []
+    for module, imported in sorted(graph.items()):
+        rank, part = layer_of(module)
+        for other in sorted(imported):
+            other_rank, other_part = layer_of(other)
+            if other_rank < rank or (
+                other_rank == rank and rank in (1, 2, 3, 4) and other_part != part
+            ):
+                found.append((module, other))
+    return found
+
+
+def test_every_top_level_module_has_a_layer() -> None:
+    # A new module goes into the layer it belongs to, not beside the face.
+    top = {f"asyncdl.{path.stem}" for path in PACKAGE.glob("*.py") if path.stem != "__init__"}
+    top |= {f"asyncdl.{path.parent.name}" for path in PACKAGE.glob("*/__init__.py")}
+    placed = FACE | {part for parts in LAYERS for part in parts}
+    assert sorted(top - placed) == []
+
+
+def test_imports_run_down_the_layers_only() -> None:
+    assert upward(import_graph(PACKAGE)) == []
+
+
+def test_the_layer_check_finds_an_import_that_runs_up() -> None:
+    # The premise: the graph as the package's layers would draw it, with one arrow up
+    # (the wire reaching for a transfer's plan) and one across (a read into the bulk).
+    graph = {
+        "asyncdl.engine": {"asyncdl._bulk.bulk", "asyncdl._reads.streaming"},
+        "asyncdl._bulk.bulk": {"asyncdl._transfer.transfer", "asyncdl.errors"},
+        "asyncdl._reads.streaming": {"asyncdl._bulk.filters", "asyncdl._wire.retry"},
+        "asyncdl._transfer.transfer": {"asyncdl._files.writer", "asyncdl._transfer.parts"},
+        "asyncdl._files.writer": {"asyncdl._wire.checksums"},
+        "asyncdl._wire.retry": {"asyncdl._transfer.parts", "asyncdl.errors"},
+        "asyncdl.results": {"asyncdl.errors"},
+    }
+    assert upward(graph) == [
+        ("asyncdl._reads.streaming", "asyncdl._bulk.filters"),
+        ("asyncdl._wire.retry", "asyncdl._transfer.parts"),
+    ]
 
 
 @pytest.mark.parametrize(
