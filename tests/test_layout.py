@@ -113,6 +113,7 @@ FACE = {
     "asyncdl.contrib",
     "asyncdl.dask",
     "asyncdl.demo",
+    "asyncdl.fsspec",
     "asyncdl.engine",
 }
 

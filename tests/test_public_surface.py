@@ -238,6 +238,8 @@ def user_pages() -> list[Path]:
     return pages
 
 
+#: An autorefs anchor of a page: ``[](){#id}``.
+ANCHOR = re.compile(r"\[\]\(\)\{#[^}]*\}")
 #: An import in code or prose: ``from asyncdl.x import`` or ``import asyncdl.x``.
 IMPORT = re.compile(r"\b(?:from|import)\s+(asyncdl(?:\.\w+)*)")
 
@@ -251,7 +253,9 @@ WAITING = {"examples/fastapi_app.py": ["asyncdl._bulk.bulk"]}
 @pytest.mark.parametrize("page", user_pages(), ids=lambda page: str(page.relative_to(ROOT)))
 def test_user_pages_import_from_public_paths_only(page: Path) -> None:
     public = set(public_modules()) | {"asyncdl.cli"}  # `python -m asyncdl.cli`
-    text = page.read_text()
+    # An anchor's id (``[](){#asyncdl._wire.request_args.ExtraArgs}``) is where the link of
+    # an internal alias in a signature lands: read by the renderer, not by a user.
+    text = ANCHOR.sub("", page.read_text())
     named = [name for name in IMPORT.findall(text) if name not in public]
     named += [
         name

@@ -83,6 +83,7 @@ def public_modules() -> list[str]:
         "asyncdl.contrib",
         *_submodules(asyncdl.contrib),
         "asyncdl.dask",
+        "asyncdl.fsspec",
         "asyncdl.testing",
         *_submodules(asyncdl.testing),
     ]
@@ -104,9 +105,11 @@ def _own_top_level_names(module: str) -> list[str]:
 
 def public_names() -> list[str]:
     import asyncdl.dask  # noqa: PLC0415 - the dask extra, as the tests of it need
+    import asyncdl.fsspec  # noqa: PLC0415 - the fsspec extra
 
     names = [f"asyncdl.{name}" for name in [*asyncdl.__all__, "__version__"]]
     names += [f"asyncdl.dask.{name}" for name in asyncdl.dask.__all__]
+    names += [f"asyncdl.fsspec.{name}" for name in asyncdl.fsspec.__all__]
     for module in [*_submodules(asyncdl.contrib), *_submodules(asyncdl.testing)]:
         names += [
             f"{module}.{name}"

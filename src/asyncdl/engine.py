@@ -1,8 +1,7 @@
 """The engine: the face of asyncdl. It holds the resources (one client, one request
 budget, the lean GET path) and offers the public methods, each of which checks its
 input and hands on to the module that does the work (``transfer``, ``streaming``,
-``bulk``); those take the engine's :class:`~asyncdl._transfer.context.Context`, never the engine.
-"""
+``bulk``); those take the engine's ``Context``, never the engine."""
 
 from __future__ import annotations
 

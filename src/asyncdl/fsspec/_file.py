@@ -12,30 +12,14 @@ type is fsspec's own, over a reader that keeps one block.
 
 from __future__ import annotations
 
-import asyncio
-from typing import Any, Protocol
+from typing import Any
 
 from fsspec.asyn import sync
-from fsspec.spec import AbstractBufferedFile
+from fsspec.spec import AbstractBufferedFile, AbstractFileSystem
 
 from .._reads.random_access import MIN_BLOCK_SIZE, FirstBlock, RandomAccessReader
 from ..config import MiB
 from ._paths import split, translated
-
-
-class _ReaderSource(Protocol):
-    """What a file needs of its file system (``AsyncdlFileSystem``)."""
-
-    @property
-    def loop(self) -> asyncio.AbstractEventLoop: ...
-
-    @property
-    def chunk_size(self) -> int: ...
-
-    async def open_reader(
-        self, bucket: str, key: str, block_size: int, blocks: int, *, first_block: FirstBlock
-    ) -> RandomAccessReader: ...
-
 
 #: The reader's block when the caller names none: as the engine's reader.
 DEFAULT_BLOCK_SIZE = 1 * MiB
@@ -76,7 +60,7 @@ class AsyncdlFile(AbstractBufferedFile):  # type: ignore[misc]  # fsspec is unty
 
     def __init__(
         self,
-        fs: _ReaderSource,
+        fs: AbstractFileSystem,
         path: str,
         *,
         block_size: object = None,

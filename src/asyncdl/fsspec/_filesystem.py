@@ -1,15 +1,12 @@
 """asyncdl's fsspec file system: ``AsyncdlFileSystem``, read-only, over the Engine.
 
-Every call goes through one engine (one client, one budget of requests, one
-config) per event loop the file system runs on, opened there on first use: the
-caller's with ``asynchronous=True``, fsspec's own loop thread otherwise (what the
-sync methods, ``fs.open`` and the readers that call them use). One file system may
-serve several loops (fsspec hands the same instance to every caller with the same
-options: Zarr's loop thread and an application's loop, say). Listings are the engine's
-(``Engine.list_pages``: retried pages, each holding a slot of the budget); a
-directory's listing is kept in fsspec's listings cache, whose sizes and ETags let a
-later read or copy of one of its objects skip discovery and pin every GET.
-"""
+Every call goes through one engine per event loop the file system runs on, opened
+there on first use: the caller's with ``asynchronous=True``, fsspec's own loop thread
+otherwise. One file system may serve several loops (fsspec hands the same instance to
+every caller with the same options: Zarr's loop thread and an application's, say).
+Listings are the engine's (``Engine.list_pages``); a directory's listing is kept in
+fsspec's listings cache, whose sizes and ETags let a later read or copy of one of its
+objects skip discovery and pin every GET."""
 
 from __future__ import annotations
 
@@ -54,8 +51,11 @@ class AsyncdlFileSystem(ReadOnly, AsyncFileSystem):  # type: ignore[misc]  # fss
     system's collection.
     """
 
+    #: The URL scheme fsspec knows it by: ``asyncdl://bucket/key``.
     protocol = ("asyncdl",)
+    #: Paths have no leading ``/``: ``bucket/key``, as s3fs's.
     root_marker = ""
+    #: fsspec reuses one instance for the same options (its engines are per loop).
     cachable = True
 
     def __init__(
@@ -180,6 +180,7 @@ class AsyncdlFileSystem(ReadOnly, AsyncFileSystem):  # type: ignore[misc]  # fss
         return strip(path)
 
     def unstrip_protocol(self, name: str) -> str:
+        """``name`` as an ``asyncdl://`` URL."""
         return f"asyncdl://{strip(name)}"
 
     async def _ls(self, path: str, detail: bool = True, **kwargs: Any) -> list[Any]:

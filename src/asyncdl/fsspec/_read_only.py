@@ -43,7 +43,9 @@ class ReadOnly:
         raise read_only(path, "make a directory")
 
     def rmdir(self, path: str) -> None:
+        """Refused: the file system is read-only (``PermissionError``)."""
         raise read_only(path, "remove a directory")
 
     def touch(self, path: str, truncate: bool = True, **kwargs: Any) -> None:
+        """Refused: the file system is read-only (``PermissionError``)."""
         raise read_only(path, "write an object")
