@@ -48,11 +48,24 @@ _let_pyenv_find_every_version()
 XDIST = ["-n", "auto", "--dist", "loadgroup"]
 
 
+def run_suite(
+    session: nox.Session, *args: str, marks: str = "", env: dict[str, str] | None = None
+) -> None:
+    """pytest on both cores (one worker per core, each with its own servers), then the
+    tests marked ``alone`` in one process with nothing beside them: they measure the
+    event loop's latency, which another worker on the machine adds to. ``marks``: a
+    marker expression both runs also take. A selection with no ``alone`` test in it
+    runs nothing the second time (pytest's exit status 5)."""
+    both = f"({marks}) and " if marks else ""
+    session.run("pytest", *XDIST, "-m", f"{both}not alone", *args, env=env)
+    session.run("pytest", "-m", f"{both}alone", *args, env=env, success_codes=[0, 5])
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
     """The test suite against moto's server on loopback."""
     session.install("-e", ".[tests]")
-    session.run("pytest", *XDIST, *session.posargs)
+    run_suite(session, *session.posargs)
 
 
 #: What ``tests_compat`` runs on the other CPythons: the data path (one object, many,
@@ -77,7 +90,7 @@ def tests_compat(session: nox.Session) -> None:
     """A subset of the suite (``COMPAT_TESTS``) on each other CPython the machine has;
     one it lacks is skipped, and nox says so."""
     session.install("-e", ".[tests]")
-    session.run("pytest", *XDIST, *(session.posargs or COMPAT_TESTS))
+    run_suite(session, *(session.posargs or COMPAT_TESTS))
 
 
 @nox.session
@@ -87,12 +100,10 @@ def tests_uvloop(session: nox.Session) -> None:
     of asyncio's own internals (marked ``asyncio_internals``); the command's runs in
     it take uvloop too, as installed."""
     session.install("-e", ".[tests,uvloop]")
-    session.run(
-        "pytest",
-        *XDIST,
-        "-m",
-        "not asyncio_internals",
+    run_suite(
+        session,
         *session.posargs,
+        marks="not asyncio_internals",
         env={"ASYNCDL_TEST_LOOP": "uvloop"},
     )
 

@@ -26,7 +26,8 @@ FIRST_USE = """
 import sys, threading
 if {hide_isal}:
     sys.modules["isal"] = sys.modules["isal.isal_zlib"] = None
-from asyncdl import checksums, journal
+from asyncdl._files import journal
+from asyncdl._wire import checksums
 assert "awscrt" not in sys.modules
 data = bytes(range(256)) * 256
 expected = {expected}

@@ -116,7 +116,9 @@ def test_a_preallocation_that_fails_leaves_nothing_and_the_rest_is_downloaded(
             stdout, stderr = child.communicate(timeout=120)
         assert child.returncode == 1, stderr
         errors = stderr.splitlines()
-        assert len(errors) == 2, stderr
+        assert len(errors) == 3, stderr  # the error, the count, the summary line
+        assert errors[2].startswith("10 downloaded "), stderr
+        assert errors[2].endswith(", 1 failed"), stderr
         assert errors[0].startswith(f"error: s3://{bucket}/p/0-big.bin: "), stderr
         assert errors[1] == "1 of 11 objects failed"
         assert len(stdout.splitlines()) == 10, stdout

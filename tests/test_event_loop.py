@@ -33,6 +33,7 @@ def loop_debug(loop: asyncio.AbstractEventLoop, slow: float) -> Iterator[None]:
         loop.slow_callback_duration = duration
 
 
+@pytest.mark.alone
 async def test_no_slow_callbacks(
     s3: Any,
     bucket: str,

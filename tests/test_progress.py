@@ -394,13 +394,14 @@ def test_cp_r_bar_shows_the_totals_once_the_listing_ends_not_once_all_is_done(
         debug=False,
     )
     output = Output(objects=None, bar=True, quiet=True)
-    seen: list[tuple[int, int | None, float | None]] = []
+    seen: list[tuple[int, str, float | None]] = []
 
     async def run() -> bool:
         async def watch() -> None:
             while True:
                 task = output._bar._progress.tasks[0] if output._bar is not None else None
-                seen.append((output.done, output.objects, task.total if task else None))
+                shown = output._objects_text()
+                seen.append((output.done, shown, task.total if task else None))
                 await asyncio.sleep(0.02)
 
         watching = asyncio.create_task(watch())
@@ -414,4 +415,4 @@ def test_cp_r_bar_shows_the_totals_once_the_listing_ends_not_once_all_is_done(
     with output:
         assert asyncio.run(run())
     # Seen while the big object was still on its way: all six objects and their bytes.
-    assert (5, 6, sum(sizes.values())) in seen, seen[-5:]
+    assert (5, "5/6 objects", sum(sizes.values())) in seen, seen[-5:]

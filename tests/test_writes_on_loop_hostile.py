@@ -94,6 +94,7 @@ async def test_a_write_holding_the_loop_is_no_stall_of_the_other_parts(
     assert retries == 0
 
 
+@pytest.mark.alone
 async def test_rare_slow_writes_stall_the_loop_once(
     s3: Any,
     bucket: str,
