@@ -233,26 +233,28 @@ class BodyReader:
 
 
 async def read_error_body(raw: Any, read_timeout: float, most: int) -> bytes:
-    """Up to ``most`` bytes of an error answer's body (an open aiohttp answer), each read
-    under ``read_timeout``; the answer is released when its body was read to its end,
-    else closed (its connection is in an unknown state).
+    """Up to ``most`` bytes of an error answer's body (an open aiohttp answer), read
+    within ``read_timeout`` in all; the answer is released when its body was read to its
+    end, else closed (its connection is in an unknown state).
 
-    The status is the answer: a body that stalls, breaks its framing (a chunk-size line
-    that is not one, which aiohttp's C parser never reports to a waiting read) or is
-    cut gives what came of it before, ``b""`` at worst, never a hang. A read here waits
-    on nothing but the socket, so a timeout may cancel it (no write is in flight)."""
+    The status is the answer: a body that stalls, trickles (a byte just inside each read
+    timeout would make 64 KiB last days), breaks its framing (a chunk-size line that is
+    not one, which aiohttp's C parser never reports to a waiting read) or is cut gives
+    what came of it before, ``b""`` at worst, never a hang. A read here waits on nothing
+    but the socket, so a timeout may cancel it (no write is in flight)."""
     pieces: list[bytes] = []
     held = 0
     ended = False
     try:
-        while held < most:
-            async with asyncio.timeout(read_timeout):
+        # One deadline for the whole body, not one per read: see above.
+        async with asyncio.timeout(read_timeout):
+            while held < most:
                 piece: bytes = await raw.content.read(most - held)
-            if not piece:
-                ended = True
-                break
-            pieces.append(piece)
-            held += len(piece)
+                if not piece:
+                    ended = True
+                    break
+                pieces.append(piece)
+                held += len(piece)
     except (TimeoutError, aiohttp.ClientError, HttpProcessingError, OSError):
         pass  # what came is kept: the status says what the server meant
     finally:

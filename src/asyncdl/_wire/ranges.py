@@ -10,6 +10,8 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from ..errors import scrubbed
+
 
 @dataclass(frozen=True, slots=True)
 class ByteRange:
@@ -77,18 +79,20 @@ def parse_content_range(value: str) -> ContentRange:
 
     Unknown totals (``*``), unsatisfied-range forms, reversed ranges and ranges
     that run past the total are all errors: each means the server answered
-    something other than what the engine can safely write.
+    something other than what the engine can safely write. The error quotes the
+    value scrubbed and short: a peer that echoes the request puts a presigned
+    query there.
     """
     match = _CONTENT_RANGE.fullmatch(value.strip())
     if match is None:
-        raise ValueError(f"malformed Content-Range {value!r}")
+        raise ValueError(f"malformed Content-Range {scrubbed(value, 100)!r}")
     first, last, total = (int(group) for group in match.groups())
     if total == 0 and first == last == 0:
         # "bytes 0-0/0": a server's way of saying the object is empty (RFC 9110 has no
         # form for it); unambiguous, so it is the empty range of an empty object.
         return ContentRange(start=0, end=0, total=0)
     if first > last or last >= total:
-        raise ValueError(f"inconsistent Content-Range {value!r}")
+        raise ValueError(f"inconsistent Content-Range {scrubbed(value, 100)!r}")
     return ContentRange(start=first, end=last + 1, total=total)
 
 

@@ -35,7 +35,7 @@ from botocore.exceptions import (
     SSLError,
 )
 
-from ..errors import UNREADABLE_URL, InvalidRequestError, scrub_urls, scrubbed, shown_url
+from ..errors import UNREADABLE_URL, InvalidRequestError, scrubbed, shown_url
 from ..stats import OK, Counters
 from .adaptive import Budget
 from .body_reader import SpoolTo, read_error_body
@@ -251,16 +251,21 @@ class UrlObject(S3Object):
         the size a 416 names. The rest of what S3 writes there (SignatureProvided, a
         CanonicalRequest holding X-Amz-Security-Token) is a credential's echo."""
         error = response["Error"]
-        message = str(error.get("Message", ""))
-        for secret, shown in self._secrets:
-            if secret:
-                message = message.replace(secret, shown)
-        message = _QUERY_IN_TEXT.sub("?<query>", scrub_urls(message))
-        kept = {"Code": str(error.get("Code", ""))[:_MAX_SHOWN], "Message": message[:_MAX_SHOWN]}
+        # Each scrubbed: a peer that echoes the request may put its query in either.
+        code, message = (self._scrub(str(error.get(name, ""))) for name in ("Code", "Message"))
+        kept = {"Code": code, "Message": message}
         if "ActualObjectSize" in error:
             kept["ActualObjectSize"] = str(error["ActualObjectSize"])[:40]
         response["Error"] = kept
         return response
+
+    def _scrub(self, text: str) -> str:
+        """``text`` from the server, without this URL's secrets, any query, URL or
+        credential's value, and at most ``_MAX_SHOWN`` characters."""
+        for secret, shown in self._secrets:
+            if secret:
+                text = text.replace(secret, shown)
+        return scrubbed(text, _MAX_SHOWN)
 
     def _scrubbed(self, exc: BotoCoreError) -> Exception:
         """A new error for ``exc``, its message with every URL as shown: aiohttp names
