@@ -76,6 +76,9 @@ class Context:
             spool_to=self._spool_to,
             signed=self.signed,
             checksum_mode=self.config.validate != "off",
+            # The headers within read_timeout of the connection, an error's whole body
+            # within another (the lean path and URLs bound theirs the same way).
+            answer_within=self.config.connect_timeout + 2 * self.config.read_timeout,
         )
 
     def list_pages(

@@ -5,6 +5,7 @@ throttled answer tells the budget to lower its limit."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -79,6 +80,7 @@ class S3Object:
         spool_to: SpoolTo,
         signed: SignedGets | None = None,
         checksum_mode: bool = False,
+        answer_within: float | None = None,
     ) -> None:
         self._client = client
         #: Where and how such an answer is spooled (a download's beside its target).
@@ -98,6 +100,10 @@ class S3Object:
         )
         #: Requests sent, retries inside botocore included.
         self.requests = 0
+        #: Seconds a botocore call has for its answer: the headers, and an error's whole
+        #: body, which botocore reads with only a per-read timeout (one byte at a time
+        #: would hold it for ever). ``None``: no bound of the engine's.
+        self._answer_within = answer_within
 
     def error(self, message: str, cls: type[DownloadError] = DownloadError) -> DownloadError:
         return cls(message, bucket=self.bucket, key=self.key)
@@ -331,7 +337,8 @@ class S3Object:
     async def _call(self, operation: Callable[..., Awaitable[Any]], params: Any) -> Any:
         """One botocore call, counted with the retries botocore made inside it."""
         try:
-            raw = await operation(**params)
+            async with asyncio.timeout(self._answer_within):
+                raw = await operation(**params)
         except ClientError as exc:
             self._count(exc.response.get("ResponseMetadata"))
             raise
