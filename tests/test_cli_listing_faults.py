@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -20,8 +21,9 @@ from click.testing import CliRunner
 from asyncdl.cli import cli
 from asyncdl.testing.tcp_proxy import Fault, TcpProxy
 
+from .spawn import stops_ignored
 from .test_bulk import put_in_backend
-from .test_cli import cli_env
+from .test_cli import cli_env, spawn_cli
 
 
 @pytest.fixture(autouse=True)
@@ -114,3 +116,32 @@ def test_cp_recursive_whose_stderr_reader_left_exits_0(
         os.close(write_end)
     assert running.returncode == 0, running.stdout
     assert sorted(path.name for path in dest.iterdir()) == ["0", "1", "2"]
+
+
+def test_a_stop_while_the_listing_runs_ahead_leaves_no_generator_open(
+    bucket: str, proxy: TcpProxy, tmp_path: Path
+) -> None:
+    # SIGTERM while downloads run and the listing, ahead of them, waits on its next
+    # page: every generator of the listing is closed in order on the way out. One
+    # left open is closed by the event loop's shutdown, at the same time as the one
+    # inside it: "aclose(): asynchronous generator is already running", a traceback.
+    put_in_backend(bucket, {f"p/{i:04d}": b"x" * 10 for i in range(1500)})
+    proxy.rule = lambda r: (
+        Fault(delay=30)
+        if "continuation-token" in r.path or ("/p/" in r.path and not r.path.endswith("/p/0000"))
+        else None
+    )
+    dest = tmp_path / "d"
+    with (
+        stops_ignored(),
+        spawn_cli(
+            "cp", "-r", "--endpoint-url", proxy.url, f"s3://{bucket}/p/", str(dest)
+        ) as running,
+    ):
+        assert running.stdout is not None
+        assert running.stdout.readline().startswith(b"download: ")
+        running.send_signal(signal.SIGTERM)
+        _, err = running.communicate(timeout=25)
+    assert running.returncode == 143, err.decode()
+    assert "Traceback" not in err.decode(), err.decode()
+    assert "asynchronous generator" not in err.decode(), err.decode()
