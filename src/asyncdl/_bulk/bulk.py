@@ -317,7 +317,10 @@ async def download_prefix(
         )
         # Closing this generator closes the inner one at once: in-flight downloads are
         # cancelled and their temp files removed now, not when the collector runs.
-        async with contextlib.aclosing(results):
+        # Then the listing's: download_many leaves the iterable it was given open, and
+        # one left to the loop's shutdown is closed there alongside the listing inside
+        # it ("aclose(): asynchronous generator is already running").
+        async with contextlib.aclosing(requests), contextlib.aclosing(results):
             async for result in results:
                 held = places.settle(result)
                 if skips is not None:

@@ -3,6 +3,7 @@ downloading command shares."""
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -40,6 +41,26 @@ class Settings:
         return self.client.endpoint_url
 
 
+def _reopen_closed_std_streams() -> None:
+    """Point a standard stream started closed (``2>&-``, ``>&-``) at /dev/null.
+
+    Python leaves such a stream ``None``, which every ``isatty()`` and write would
+    fail on; and the descriptor is free, so the next file opened (a download's temp
+    file) would take it, and whatever writes to fd 2 would land in that file.
+    """
+    for fd, name in ((1, "stdout"), (2, "stderr")):
+        if getattr(sys, name) is not None:
+            continue
+        try:
+            os.fstat(fd)
+        except OSError:  # closed: take the descriptor back
+            null = os.open(os.devnull, os.O_WRONLY)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+        setattr(sys, name, open(fd, "w", encoding="utf-8", closefd=False))  # noqa: SIM115
+
+
 class _Cli(click.Group):
     """click's group, with asyncdl's exit statuses and one-line usage errors."""
 
@@ -52,6 +73,7 @@ class _Cli(click.Group):
         windows_expand_args: bool = True,
         **extra: Any,
     ) -> Any:
+        _reopen_closed_std_streams()
         # click's standalone mode prints usage errors as three lines with the usage
         # synopsis and turns Ctrl-C into status 1; run it non-standalone and decide here.
         try:

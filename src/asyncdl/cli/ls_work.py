@@ -106,10 +106,19 @@ async def list_objects(
             pages = engine.list_pages(
                 source.bucket, source.key, delimiter=None if recursive else "/"
             )
+            # Only the listing's failures are translated: stdout's reader leaving
+            # (ReaderGone) must reach ``run`` as it is, to end the command quietly.
+            gone = False
             with translated(source.bucket, source.key):
                 async with contextlib.aclosing(pages):
                     async for page in pages:
-                        listing.write(_page_lines(page, listing, cut))
+                        try:
+                            listing.write(_page_lines(page, listing, cut))
+                        except ReaderGone:
+                            gone = True
+                            break
+            if gone:
+                raise ReaderGone
     except DownloadError as error:
         output.error(error)
         return False

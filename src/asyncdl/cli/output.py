@@ -42,12 +42,17 @@ class ReaderGone(Exception):
 def silence_stdout() -> None:
     """Point stdout at /dev/null, so the interpreter's flush at exit does not fail on
     the closed pipe with a second error."""
+    _silence(sys.stdout)
+
+
+def _silence(stream: IO[str]) -> None:
+    """Point ``stream``'s descriptor at /dev/null (its reader is gone)."""
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        os.dup2(devnull, stream.fileno())
         os.close(devnull)
     except (OSError, ValueError, AttributeError):
-        pass  # not a real file (a test's capture): nothing will flush into a pipe
+        pass  # not a real file (a test's capture)
 
 
 #: Characters a terminal acts on rather than shows: C0 controls, DEL, C1 controls
@@ -288,7 +293,12 @@ class Output:
             return self._summary(complete)
         finally:
             if self.run is not None and not self.quiet:
-                click.echo(self.summary_line(), err=True)
+                try:
+                    click.echo(self.summary_line(), err=True)
+                except BrokenPipeError:
+                    # stderr's reader left: the line is lost, and the exit status
+                    # still tells what the run did; no error at exit's flush either.
+                    _silence(sys.stderr)
             for line in self._stats.lines() if self._stats is not None else ():
                 click.echo(f"stats: {line}", err=True)
 
