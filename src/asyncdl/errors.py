@@ -30,6 +30,14 @@ _SECRET_FIELD = re.compile(
     r"(?i)\b(authorization|proxy-authorization|cookie|x-amz-security-token"
     r"|x-amz-server-side-encryption-customer-key)\s*:[^\r\n]*"
 )
+#: Such a field whose line lost its colon (an echoed request, quoted by aiohttp's
+#: pure-Python parser as a malformed header): its name as sent, then a space. Matched
+#: by case, so that prose ("the authorization header is malformed") is left whole.
+_SECRET_FIELD_NO_COLON = re.compile(
+    r"\b(Authorization|Proxy-Authorization|Cookie|X-Amz-Security-Token|x-amz-security-token"
+    r"|X-Amz-Server-Side-Encryption-Customer-Key"
+    r"|x-amz-server-side-encryption-customer-key)[ \t][^\r\n]*"
+)
 #: A query parameter or an ``Authorization`` field that carries a credential.
 _SECRET_PARAM = re.compile(
     r"(?i)\b(x-amz-signature|x-amz-credential|x-amz-security-token|signature|credential"
@@ -71,6 +79,7 @@ def scrubbed(text: str, most: int = MOST_SHOWN) -> str:
     text = scrub_urls(text)
     text = _QUERY_IN_TEXT.sub("?<query>", text)
     text = _SECRET_FIELD.sub(lambda found: f"{found.group(1)}: <hidden>", text)
+    text = _SECRET_FIELD_NO_COLON.sub(lambda found: f"{found.group(1)}: <hidden>", text)
     text = _SECRET_PARAM.sub(lambda found: f"{found.group(1)}=<hidden>", text)
     text = " ".join(text.split())
     return text if len(text) <= most else text[: most - 3] + "..."
