@@ -8,7 +8,8 @@ delivered it under a stall watch (``body_reader``); S3's XML answers read cheapl
 caller may pass (``request_args``); byte ranges as HTTP spells them (``ranges``);
 S3's checksums and computing them (``checksums``, ``running_checksum``); the lean
 GET path: templates, SigV4 and sending (``signed_get``, ``sigv4``, ``lean_send``);
-the client and the URL session (``clients``, ``url_session``); which failures are
+the client, the settings it is made with and the URL session (``clients``,
+``client_settings``, ``url_session``); which failures are
 retried and when (``retry``); and the pacing: the budget with its adaptive limit
 (``adaptive``) and the bandwidth cap (``bandwidth``).
 
