@@ -165,6 +165,23 @@ def test_open_reads_one_version(fs: AsyncdlFileSystem, s3: Any, bucket: str) -> 
         fs.open(f"{bucket}/data/nothing")
 
 
+def test_a_file_opened_after_its_info_is_pinned_from_its_first_get(
+    fs: AsyncdlFileSystem, s3: Any, bucket: str, proxy: TcpProxy
+) -> None:
+    # pyarrow's way (pd.read_parquet): info() first, a HEAD, then open() and reads. The
+    # HEAD's size and ETag open the reader, so its first GET is pinned too.
+    seed(s3, bucket)
+    body = s3.get_object(Bucket=bucket, Key="data/a.bin")["Body"].read()
+    proxy.reset_stats()
+    assert fs.info(f"{bucket}/data/a.bin")["size"] == len(body)
+    with fs.open(f"{bucket}/data/a.bin", "rb", block_size=65536) as f:
+        assert f.read() == body
+    assert [r.method for r in proxy.requests][:1] == ["HEAD"]
+    unpinned = [r.range for r in object_gets(proxy) if "if-match" not in r.headers]
+    assert unpinned == []
+    assert len(object_gets(proxy)) >= 2
+
+
 def test_get_copies_through_the_engine(
     fs: AsyncdlFileSystem, s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path
 ) -> None:

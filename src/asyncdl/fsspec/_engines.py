@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from fsspec.asyn import sync
 
@@ -61,3 +62,29 @@ def close_all(engines: dict[asyncio.AbstractEventLoop, Opened]) -> None:
             else:  # on a loop (its own, or another's): hand it over, never block one
                 asyncio.run_coroutine_threadsafe(close_opened(opened), loop)
     engines.clear()
+
+
+async def engine_on_loop(
+    engines: dict[asyncio.AbstractEventLoop, Opened], settings: Mapping[str, Any]
+) -> Engine:
+    """The engine of the running loop in ``engines``, made with ``settings`` and opened
+    on first use there; the engines of loops closed since are forgotten."""
+    loop = asyncio.get_running_loop()
+    for gone in [old for old in engines if old.is_closed()]:
+        del engines[gone]  # its connections went with its loop
+    opened = engines.setdefault(loop, Opened(loop))
+    if opened.task is None:
+        engine = Engine(**settings)
+
+        async def opening() -> Engine:
+            await engine.open()
+            return engine
+
+        opened.engine, opened.task = engine, loop.create_task(opening())
+    task = opened.task
+    try:
+        return await asyncio.shield(task)
+    except Exception:
+        if opened.task is task:  # a failed opening is not kept: the next call retries
+            opened.engine = opened.task = None
+        raise

@@ -23,8 +23,9 @@ from .._reads.random_access import FirstBlock, RandomAccessReader
 from ..config import TransferConfig
 from ..engine import Engine
 from ..errors import InvalidRequestError, ObjectNotFoundError
-from ._engines import Opened, close_all, close_opened, transfer_config
+from ._engines import Opened, close_all, close_opened, engine_on_loop, transfer_config
 from ._file import AsyncdlFile
+from ._heads import Heads
 from ._paths import dir_info, file_info, parent, read_only, split, strip, translated, within
 from ._read_only import ReadOnly
 
@@ -102,6 +103,7 @@ class AsyncdlFileSystem(ReadOnly, AsyncFileSystem):  # type: ignore[misc]  # fss
         self._settings = settings
         self._given = engine
         self._engines: dict[asyncio.AbstractEventLoop, Opened] = {}
+        self._heads = Heads()
         weakref.finalize(self, close_all, self._engines)
 
     # -- the engine -------------------------------------------------------------------
@@ -117,26 +119,7 @@ class AsyncdlFileSystem(ReadOnly, AsyncFileSystem):  # type: ignore[misc]  # fss
         loop, since an engine's connections belong to the loop that opened them."""
         if self._given is not None:
             return self._given
-        loop = asyncio.get_running_loop()
-        engines = self._engines
-        for gone in [old for old in engines if old.is_closed()]:
-            del engines[gone]  # its connections went with its loop
-        opened = engines.setdefault(loop, Opened(loop))
-        if opened.task is None:
-            engine = Engine(**self._settings)
-
-            async def opening() -> Engine:
-                await engine.open()
-                return engine
-
-            opened.engine, opened.task = engine, loop.create_task(opening())
-        task = opened.task
-        try:
-            return await asyncio.shield(task)
-        except Exception:
-            if opened.task is task:  # a failed opening is not kept: the next call retries
-                opened.engine = opened.task = None
-            raise
+        return await engine_on_loop(self._engines, self._settings)
 
     async def aclose(self) -> None:
         """Close the engine the file system opened on the running loop (an engine
@@ -158,8 +141,10 @@ class AsyncdlFileSystem(ReadOnly, AsyncFileSystem):  # type: ignore[misc]  # fss
         engine = await self.engine()
         path = f"{bucket}/{key}"
         listed = next((e for e in self._listed(parent(path)) or () if e["name"] == path), None)
-        # Listed: its size and ETag open the reader with no GET, and pin the first one.
+        # Listed, or its HEAD seen: its size and ETag open the reader with no GET.
         size, etag = (listed["size"], listed["ETag"]) if listed and listed["ETag"] else (None, None)
+        if etag is None and (headed := self._heads.get(path)) is not None:
+            size, etag = headed
         reader = engine.open_reader(
             bucket,
             key,
@@ -254,6 +239,8 @@ class AsyncdlFileSystem(ReadOnly, AsyncFileSystem):  # type: ignore[misc]  # fss
             if not isinstance(exc.__cause__, ObjectNotFoundError):
                 raise
         else:
+            if self.dircache.use_listings_cache:
+                self._heads.note(path, head.size, head.etag)
             return {
                 "name": path,
                 "type": "file",

@@ -1,0 +1,30 @@
+"""The size and ETag the last HEADs of a file system found, as its listings cache keeps
+a listing's: a file opened after its ``info`` (pyarrow's way) is pinned from its first
+GET. A stale one gives ``ObjectChangedError``, never other bytes."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+#: The HEADs kept (the newest).
+KEPT = 1024
+
+
+class Heads:
+    """A bounded map of ``bucket/key`` to the ``(size, etag)`` its HEAD found."""
+
+    def __init__(self) -> None:
+        self._found: OrderedDict[str, tuple[int, str]] = OrderedDict()
+
+    def note(self, path: str, size: int, etag: str | None) -> None:
+        """What a HEAD of ``path`` found (an answer without an ETag pins nothing)."""
+        if not etag:
+            return
+        self._found[path] = (size, etag)
+        self._found.move_to_end(path)
+        if len(self._found) > KEPT:
+            self._found.popitem(last=False)
+
+    def get(self, path: str) -> tuple[int, str] | None:
+        """The size and ETag of ``path``'s last HEAD, if kept."""
+        return self._found.get(path)
