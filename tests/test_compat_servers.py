@@ -111,14 +111,19 @@ def rclone_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session", params=["moto", "rclone"])
-def store(request: pytest.FixtureRequest) -> Store:
+def store(request: pytest.FixtureRequest) -> Iterator[Store]:
     if request.param == "moto":
         endpoint: str = request.getfixturevalue("s3_endpoint")
         keys = (FAKE_ENV["AWS_ACCESS_KEY_ID"], FAKE_ENV["AWS_SECRET_ACCESS_KEY"])
     else:
         endpoint = request.getfixturevalue("rclone_endpoint")
         keys = (RCLONE_ACCESS_KEY, RCLONE_SECRET_KEY)
-    return Store(request.param, endpoint, *keys, _sync_client(endpoint, *keys))
+    made = Store(request.param, endpoint, *keys, _sync_client(endpoint, *keys))
+    yield made
+    # pytest tears a parametrized session fixture down when the tests it runs next
+    # want the other server: its client's pooled sockets are closed here, not left to
+    # the collector (whose ResourceWarning would fail whichever test it ran in).
+    made.s3.close()
 
 
 @pytest.fixture
