@@ -209,7 +209,7 @@ def demo(session: nox.Session) -> None:
             "First run: installing asyncdl with its 'demo' and 'cli' extras (moto, "
             "aiobotocore, click, rich...) into .nox/demo; this takes about 2-3 minutes "
             "and prints nothing until it is done. Later runs reuse it and start at once. "
-            "(The 'uv binary not found' line above is nox's own: harmless, this session "
+            "(The 'uv binary not found' line above is nox's own: harmless, the demo "
             "uses venv and pip.)"
         )
     else:
