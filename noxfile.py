@@ -72,16 +72,16 @@ def tests(session: nox.Session) -> None:
 #: streams, URLs, resume), the command, serving and the pure parts, in a few minutes;
 #: the whole suite runs on the interpreter that runs nox (``tests``).
 COMPAT_TESTS = [
-    "tests/test_download.py",
-    "tests/test_bulk.py",
-    "tests/test_stream.py",
-    "tests/test_url_raw_http.py",
-    "tests/test_resume.py",
-    "tests/test_cli.py",
-    "tests/test_object_response.py",
-    "tests/test_ranges.py",
-    "tests/test_running_checksum.py",
-    "tests/test_packaging.py",
+    "tests/transfer/test_download.py",
+    "tests/bulk/test_bulk.py",
+    "tests/reads/test_stream.py",
+    "tests/wire/test_url_raw_http.py",
+    "tests/transfer/test_resume.py",
+    "tests/cli/test_cli.py",
+    "tests/contrib/test_object_response.py",
+    "tests/wire/test_ranges.py",
+    "tests/wire/test_running_checksum.py",
+    "tests/face/test_packaging.py",
 ]
 
 
@@ -111,10 +111,11 @@ def tests_uvloop(session: nox.Session) -> None:
 #: What ``tests_pure_parser`` runs: the tests of URLs and of hostile servers, whose
 #: answers aiohttp's two parsers read differently (a broken framing, an echoed request).
 PURE_PARSER_TESTS = [
-    "tests/test_url*.py",
-    "tests/test_http_*.py",
-    "tests/test_random_access_hostile.py",
-    "tests/test_sync_hostile.py",
+    "tests/transfer/test_url.py",
+    "tests/wire/test_url*.py",
+    "tests/wire/test_http_*.py",
+    "tests/reads/test_random_access_hostile.py",
+    "tests/cli/test_sync_hostile.py",
 ]
 
 
@@ -273,13 +274,13 @@ def stress(session: nox.Session) -> None:
     kills = int(session.posargs[1]) if len(session.posargs) > 1 else 200
     for run in range(1, runs + 1):
         session.log(f"fault run {run} of {runs}")
-        session.run("pytest", "-q", "-p", "no:cacheprovider", "tests/test_faults.py")
+        session.run("pytest", "-q", "-p", "no:cacheprovider", "tests/transfer/test_faults.py")
     session.log(f"crash consistency: {kills} kills per command, plain and with power loss")
     session.run(
         "pytest",
         "-q",
         "-p",
         "no:cacheprovider",
-        "tests/test_crash_consistency.py",
+        "tests/cli/test_crash_consistency.py",
         env={"ASYNCDL_CRASH_KILLS": str(kills)},
     )

@@ -8,7 +8,7 @@ five HMACs, four of them for a key that changes once a day per region. A GET of 
 lean path differs from its template only in the key, Range, If-Match, the date and
 the session token, so only those are folded in per request. The result is the same,
 byte for byte, as ``S3SigV4Auth(...).add_auth`` on the same request at the same
-second (tests/test_sigv4.py compares them).
+second (tests/wire/test_sigv4.py compares them).
 """
 
 from __future__ import annotations

@@ -1,0 +1,1 @@
+"""Tests of the asyncdl command (asyncdl.cli), its processes killed and interrupted."""

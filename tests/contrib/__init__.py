@@ -1,0 +1,1 @@
+"""Tests of asyncdl.contrib: FastAPI serving, HTTP ranges, OpenTelemetry."""

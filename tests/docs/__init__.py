@@ -1,0 +1,1 @@
+"""Tests of the documentation's examples, reference and command reference run and checked."""

@@ -1,0 +1,1 @@
+"""Tests of the face (engine, api, config, errors, progress, stats), layout and surface."""

@@ -1,0 +1,1 @@
+"""Tests of temp files, partials, journals, records and writes on disk (asyncdl._files)."""

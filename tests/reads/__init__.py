@@ -1,0 +1,1 @@
+"""Tests of streams, range reads and readers (asyncdl._reads)."""

@@ -1,0 +1,1 @@
+"""Tests of one object's download: plan, parts, verification, resume (asyncdl._transfer)."""

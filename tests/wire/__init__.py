@@ -1,0 +1,1 @@
+"""Tests of requests, answers, signing, sessions, retries and pacing (asyncdl._wire)."""
