@@ -228,7 +228,8 @@ def bench(session: nox.Session) -> None:
     asyncdl sync beside s5cmd and aws s3 sync, `-- bandwidth ...` capped downloads,
     `-- throttle ...` adaptive concurrency against 503 SlowDown, `-- ranges ...`
     random access beside obstore and s3fs, `-- listing ...` a million listed objects,
-    `-- targets ...` the performance targets in one run. Not run by default
+    `-- targets ...` the performance targets in one run, `-- fsspec ...` Zarr, pandas and
+    cat_ranges through asyncdl's fsspec file system beside s3fs and obstore. Not run by default
     (see benchmarks/README.md); --server s3rver also needs node and npm."""
     # crc32c: the CRC32C checksums moto computes itself (a multipart upload's, an upload
     # part's) are silently CRC32s without it, values S3 would never send.
@@ -255,6 +256,8 @@ def bench(session: nox.Session) -> None:
         ["targets"],
     ):
         script, args = f"benchmarks/{args[0]}.py", args[1:]
+    if args[:1] == ["fsspec"]:  # not fsspec.py: that name would hide the package
+        script, args = "benchmarks/fsspec_reads.py", args[1:]
     session.run("python", script, *args)
 
 
