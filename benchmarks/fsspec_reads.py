@@ -60,6 +60,8 @@ CLIENTS = ("asyncdl", "s3fs", "obstore")
 #: The one column ``parquet-column`` reads.
 COLUMN = "c3"
 WARM_KEY = "warm.bin"
+WARM_ZARR = "warm.zarr"
+WARM_PARQUET = "warm.parquet"
 
 
 # -- the worker: one client, one run ------------------------------------------------
@@ -142,25 +144,22 @@ def zarr_read(client: str, plan: dict[str, Any]) -> Callable[[], Any]:
             client_options={"allow_http": True},
         )
         store: Any = ObjectStore(s3, read_only=True)
-        warm: Any = ObjectStore(s3, read_only=True)
+
+        def opened(path: str) -> Any:
+            return zarr.open_array(store=store, path=path, mode="r")
+
     else:
         fs = filesystem(client, plan, asynchronous=True)
-        store = FsspecStore(fs, path=f"{bucket}/{path}", read_only=True)
-        warm = FsspecStore(fs, path=bucket, read_only=True)
-    # Warm: the warm key read through the same store machinery (connections open).
-    from zarr.core.buffer import default_buffer_prototype  # noqa: PLC0415
-    from zarr.core.sync import sync  # noqa: PLC0415
 
-    sync(warm.get(WARM_KEY, prototype=default_buffer_prototype()))
+        def opened(path: str) -> Any:
+            return zarr.open_array(
+                store=FsspecStore(fs, path=f"{bucket}/{path}", read_only=True), mode="r"
+            )
 
-    def read() -> Any:
-        if client == "obstore":
-            array = zarr.open_array(store=store, path=path, mode="r")
-        else:
-            array = zarr.open_array(store=store, mode="r")
-        return array[:]
-
-    return read
+    # Warm: a small array of the same chunks read the same way (connections open, the
+    # codecs' modules imported).
+    opened(WARM_ZARR)[:]
+    return lambda: opened(path)[:]
 
 
 def parquet_read(client: str, plan: dict[str, Any], columns: list[str] | None) -> Callable[[], Any]:
@@ -169,23 +168,29 @@ def parquet_read(client: str, plan: dict[str, Any], columns: list[str] | None) -
     bucket, key = plan["bucket"], plan["key"]
     if client == "obstore":
         fs = filesystem("obstore", plan, asynchronous=False)
-        fs.cat_file(f"{bucket}/{WARM_KEY}")
-        return lambda: pd.read_parquet(f"{bucket}/{key}", columns=columns, filesystem=fs)
-    url = f"{'asyncdl' if client == 'asyncdl' else 's3'}://{bucket}/{key}"
-    settings = options(client, plan)
-    # The instance fsspec caches for these options, warmed by the warm key, is the one
-    # pandas then finds: connections open, as in a running app.
-    import fsspec  # noqa: PLC0415
 
-    fs, _ = fsspec.core.url_to_fs(url, **settings)
-    fs.cat_file(f"{bucket}/{WARM_KEY}")
-    return lambda: pd.read_parquet(url, columns=columns, storage_options=settings)
+        def read(key: str) -> Any:
+            return pd.read_parquet(f"{bucket}/{key}", columns=columns, filesystem=fs)
+
+    else:
+        scheme = "asyncdl" if client == "asyncdl" else "s3"
+        settings = options(client, plan)
+
+        def read(key: str) -> Any:
+            url = f"{scheme}://{bucket}/{key}"
+            return pd.read_parquet(url, columns=columns, storage_options=settings)
+
+    # Warm: a small file of the same columns read the same way (connections open,
+    # pyarrow's and pandas's modules imported; fsspec's cached instance is the one the
+    # measured read finds).
+    read(WARM_PARQUET)
+    return lambda: read(key)
 
 
 def ranges_read(client: str, plan: dict[str, Any]) -> Callable[[], Any]:
     fs = filesystem(client, plan, asynchronous=False)
     bucket, key = plan["bucket"], plan["key"]
-    fs.cat_file(f"{bucket}/{WARM_KEY}")
+    fs.cat_ranges([f"{bucket}/{WARM_KEY}"] * 2, [0, 8], [4, 16])
     starts = [start for start, _ in plan["ranges"]]
     ends = [end for _, end in plan["ranges"]]
     paths = [f"{bucket}/{key}"] * len(starts)
@@ -230,14 +235,15 @@ def wrong_in(plan: dict[str, Any], got: Any) -> list[str]:
 # -- the orchestrator ----------------------------------------------------------------
 
 
-def zarr_plan(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
+def zarr_plan(
+    args: argparse.Namespace, scratch: Path, name: str = "grid.zarr", across: int = 100
+) -> dict[str, Any]:
     """A square-ish grid of 16 x 32 float64 chunks (4 KiB each), random, uncompressed."""
     import numpy as np  # noqa: PLC0415
     import zarr  # noqa: PLC0415
 
-    across = 100
-    down = args.chunks // across
-    local = scratch / "grid.zarr"
+    down = args.chunks // 100
+    local = scratch / name
     array = zarr.create_array(
         store=str(local),
         shape=(16 * down, 32 * across),
@@ -247,26 +253,27 @@ def zarr_plan(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
         fill_value=0.0,
     )
     array[:] = np.random.default_rng(args.seed).standard_normal(array.shape)
-    return {"key": "grid.zarr", "local": str(local)}
+    return {"key": name, "local": str(local)}
 
 
-def parquet_plan(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
+def parquet_plan(
+    args: argparse.Namespace, scratch: Path, name: str = "table.parquet", rows: int = 2 * MiB // 8
+) -> dict[str, Any]:
     """Eight columns of random int64 and float64 (no dictionary, no compression, so the
-    file is ``--parquet-size``), row groups of 16 MiB, written by pyarrow."""
+    file is ``--parquet-size``), row groups of ``rows`` (16 MiB), written by pyarrow."""
     import pyarrow as pa  # noqa: PLC0415
     import pyarrow.parquet as pq  # noqa: PLC0415
 
-    local = scratch / "table.parquet"
-    rows = 2 * MiB // 8
+    local = scratch / name
     schema = pa.schema([(f"c{i}", pa.int64() if i % 2 else pa.float64()) for i in range(8)])
     with pq.ParquetWriter(local, schema, use_dictionary=False, compression="none") as writer:
-        for _ in range(max(1, args.parquet_size // (16 * MiB))):
+        for _ in range(max(1, args.parquet_size // (rows * 64))):
             columns = [
                 pa.Array.from_buffers(field.type, rows, [None, pa.py_buffer(os.urandom(rows * 8))])
                 for field in schema
             ]
             writer.write_table(pa.Table.from_arrays(columns, schema=schema), row_group_size=rows)
-    return {"key": "table.parquet", "local": str(local)}
+    return {"key": name, "local": str(local)}
 
 
 def tree(root: Path, prefix: str) -> dict[str, bytes]:
@@ -326,8 +333,11 @@ def measure(proxy: TcpProxy, client: str, plan_path: Path) -> dict[str, Any]:
 
 def counts(requests: list[RequestRecord], key: str) -> dict[str, Any]:
     """The case's requests at the proxy (the warm-up's left out): a listing is a GET of
-    the bucket with ``list-type``; a GET is pinned by ``If-Match`` or ``versionId``."""
-    listings = [r for r in requests if r.method == "GET" and "list-type=" in r.path]
+    the bucket with ``list-type`` and the key in its prefix; a GET is pinned by
+    ``If-Match`` or ``versionId``."""
+    listings = [
+        r for r in requests if r.method == "GET" and "list-type=" in r.path and key in r.path
+    ]
     mine = [r for r in requests if f"/{key}" in r.path.split("?")[0]]
     gets = [r for r in mine if r.method == "GET"]
     pinned = [r for r in gets if "if-match" in r.headers or "versionId=" in r.path]
@@ -380,6 +390,11 @@ def main_bench(args: argparse.Namespace) -> None:
         warm = scratch / WARM_KEY
         warm.write_bytes(os.urandom(16))
         asyncio.run(upload(server.endpoint, bucket, WARM_KEY, warm, create=True))
+        small = argparse.Namespace(chunks=100, seed=1, parquet_size=0)
+        objects = tree(Path(zarr_plan(small, scratch, WARM_ZARR, across=2)["local"]), WARM_ZARR)
+        warm_parquet = Path(parquet_plan(small, scratch, WARM_PARQUET, rows=64)["local"])
+        objects[WARM_PARQUET] = warm_parquet.read_bytes()
+        asyncio.run(upload_tree(server.endpoint, bucket, objects))
         plans: dict[str, Path] = {}
         for case in args.cases:
             started = time.perf_counter()
