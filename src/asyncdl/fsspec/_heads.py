@@ -1,6 +1,7 @@
 """The size and ETag the last HEADs of a file system found, as its listings cache keeps
 a listing's: a file opened after its ``info`` (pyarrow's way) is pinned from its first
-GET. A stale one gives ``ObjectChangedError``, never other bytes."""
+GET. A stale one gives ``ObjectChangedError``, never other bytes, and is forgotten
+(as ``invalidate_cache`` forgets them)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,15 @@ class Heads:
         self._found.move_to_end(path)
         if len(self._found) > KEPT:
             self._found.popitem(last=False)
+
+    def forget(self, path: str | None = None) -> None:
+        """Forget every HEAD, or ``path``'s and those of the paths under it."""
+        if path is None:
+            self._found.clear()
+            return
+        under = f"{path}/"
+        for name in [n for n in self._found if n == path or n.startswith(under)]:
+            del self._found[name]
 
     def get(self, path: str) -> tuple[int, str] | None:
         """The size and ETag of ``path``'s last HEAD, if kept."""
