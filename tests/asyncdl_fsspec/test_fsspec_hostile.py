@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import gc
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -59,6 +61,24 @@ def test_invalidate_cache_forgets_listings_and_heads(
     fs.invalidate_cache(path)
     with fs.open(path, "rb") as f:
         assert f.read() == b"4th"
+
+
+def test_a_head_expires_as_the_listings_do(s3: Any, bucket: str, proxy: TcpProxy) -> None:
+    """``listings_expiry_time`` bounds what a HEAD pins a later open to, as it bounds a
+    listing's entries."""
+    fs = AsyncdlFileSystem(
+        endpoint_url=proxy.url, listings_expiry_time=0.2, skip_instance_cache=True
+    )
+    try:
+        path = f"{bucket}/k"
+        s3.put_object(Bucket=bucket, Key="k", Body=b"first")
+        assert fs.info(path)["size"] == 5
+        s3.put_object(Bucket=bucket, Key="k", Body=b"the second")
+        time.sleep(0.3)
+        with fs.open(path, "rb") as f:
+            assert f.read() == b"the second"
+    finally:
+        fs.close()
 
 
 @pytest.mark.parametrize("read", ["cat_ranges", "cat_file_tail", "open", "get_file"])
@@ -318,3 +338,30 @@ def test_a_stalled_server_fails_each_read_within_the_timeouts(
     finally:
         proxy.rule = None
         fs.close()
+
+
+# -- event loops --------------------------------------------------------------------------
+
+
+def test_a_loop_that_ends_takes_its_engine_closed(
+    s3: Any, bucket: str, proxy: TcpProxy, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With asynchronous=True a caller may let its loop end (asyncio.run) without
+    ``await fs.aclose()``: the engine the file system opened there is closed as the
+    loop shuts down, not left to warn of an unclosed session when collected."""
+    s3.put_object(Bucket=bucket, Key="k", Body=b"data")
+    fs = AsyncdlFileSystem(endpoint_url=proxy.url, asynchronous=True, skip_instance_cache=True)
+
+    async def read() -> bytes:
+        data: bytes = await fs._cat_file(f"{bucket}/k")
+        return data
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert asyncio.run(read()) == b"data"
+        assert asyncio.run(read()) == b"data"  # a new loop: a new engine
+        gc.collect()
+    assert [str(w.message) for w in seen] == []
+    assert "Unclosed" not in caplog.text
+    assert all(opened.engine is None for opened in fs._engines.values())
+    fs.close()

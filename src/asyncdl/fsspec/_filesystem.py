@@ -104,7 +104,7 @@ class AsyncdlFileSystem(ReadOnly, Copies, AsyncFileSystem):  # type: ignore[misc
         self._settings = settings
         self._given = engine
         self._engines: dict[asyncio.AbstractEventLoop, Opened] = {}
-        self._heads = Heads()
+        self._heads = Heads(self.dircache.listings_expiry_time)
         weakref.finalize(self, close_all, self._engines)
 
     # -- the engine -------------------------------------------------------------------
