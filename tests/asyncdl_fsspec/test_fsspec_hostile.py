@@ -123,6 +123,7 @@ def test_a_stale_listing_fails_once_then_the_new_version_is_read(
 @pytest.mark.parametrize(
     ("keys", "why"),
     [
+        (["t/../../escape"], "segment '..'|outside the destination"),
         (["t/a//b", "t/a/b"], "segment"),
         (["t//lead", "t/lead"], "segment"),
         (["t/./dot", "t/dot"], "segment"),
