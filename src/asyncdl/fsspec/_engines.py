@@ -1,12 +1,14 @@
 """The engines of asyncdl's fsspec file system: one per event loop it runs on,
 opened there on first use (an engine's connections belong to the loop that opened
-them), closed each on its own loop; and ``config`` as ``storage_options`` carry it."""
+them), closed each on its own loop, by the file system's ``close``/``aclose`` or as
+that loop shuts down (``asyncio.run``'s end); and ``config`` as ``storage_options``
+carry it."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,12 +39,32 @@ class Opened:
     loop: asyncio.AbstractEventLoop
     engine: Engine | None = None
     task: asyncio.Task[Engine] | None = None
+    #: Started on the loop once the engine is open: the loop's ``shutdown_asyncgens``
+    #: (``asyncio.run`` and ``asyncio.Runner`` call it as they end) closes it, and so
+    #: the engine, on the loop while it still runs. An async generator rather than a
+    #: task: a task would sit in ``asyncio.all_tasks()``, where code that waits for
+    #: every task to finish would wait for it forever.
+    keeper: AsyncGenerator[None] | None = None
 
 
 async def close_opened(opened: Opened) -> None:
+    keeper, opened.keeper = opened.keeper, None
     engine, opened.engine, opened.task = opened.engine, None, None
-    if engine is not None:
-        await engine.aclose()
+    try:
+        if engine is not None:
+            await engine.aclose()
+    finally:
+        if keeper is not None:
+            await keeper.aclose()
+
+
+async def keep(opened: Opened) -> AsyncGenerator[None]:
+    """``Opened.keeper``: it yields once, and closes the engine when it is closed."""
+    try:
+        yield
+    finally:
+        opened.keeper = None  # this very generator: close_opened must not close it again
+        await close_opened(opened)
 
 
 def close_all(engines: dict[asyncio.AbstractEventLoop, Opened]) -> None:
@@ -78,6 +100,9 @@ async def engine_on_loop(
 
         async def opening() -> Engine:
             await engine.open()
+            keeper = keep(opened)
+            await anext(keeper)  # started: the loop keeps it (weakly) till it shuts down
+            opened.keeper = keeper
             return engine
 
         opened.engine, opened.task = engine, loop.create_task(opening())

@@ -3,8 +3,10 @@ over the engine's random-access reader (``Engine.open_reader``).
 
 Opening sends the reader's one GET (no HEAD): it brings the size and the ETag every
 later GET is pinned to, so whatever the file gives comes from one version of the
-object, or the read fails with ``ObjectChangedError``. fsspec's cache types map onto
-the reader's own block cache, so bytes are cached once: ``"readahead"`` is a cache
+object, or the read fails with ``ObjectChangedError`` (and the file system forgets
+the size and ETag it had of the object, so that the next open reads the new
+version). fsspec's cache types map onto the reader's own block cache, so bytes are
+cached once: ``"readahead"`` is a cache
 of two blocks (the one being read and the one fetched ahead of a sequential read),
 ``"blocks"`` one of ``maxblocks`` blocks (fsspec's default, 32). Any other cache
 type is fsspec's own, over a reader that keeps one block.
@@ -75,7 +77,7 @@ class AsyncdlFile(AbstractBufferedFile):  # type: ignore[misc]  # fsspec is unty
         block, blocks, outer = reader_settings(block_size, cache_type, options, chunk)
         if first_block is None:
             first_block = "end" if key.lower().endswith(INDEX_AT_END) else "start"
-        with translated(path):
+        with translated(path, forget=fs._forget(path)):
             reader = sync(
                 fs.loop, fs.open_reader, bucket, key, block, blocks, first_block=first_block
             )
@@ -98,7 +100,7 @@ class AsyncdlFile(AbstractBufferedFile):  # type: ignore[misc]  # fsspec is unty
         reader = self._reader
         if reader is None:
             raise ValueError(f"{self.path}: I/O operation on a closed file")
-        with translated(self.path):
+        with translated(self.path, forget=self.fs._forget(self.path)):
             data: bytes = sync(self.fs.loop, reader.read_at, start, end - start)
         return data
 

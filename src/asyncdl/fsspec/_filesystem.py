@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
+import errno
 import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -23,6 +23,7 @@ from .._reads.random_access import FirstBlock, RandomAccessReader
 from ..config import TransferConfig
 from ..engine import Engine
 from ..errors import InvalidRequestError, ObjectNotFoundError
+from ._copies import Copies
 from ._engines import Opened, close_all, close_opened, engine_on_loop, transfer_config
 from ._file import AsyncdlFile
 from ._heads import Heads
@@ -37,7 +38,7 @@ _SETTINGS = "config, endpoint_url, region, profile, unsigned (or anon), engine"
 _NO_LIMIT = 2**62
 
 
-class AsyncdlFileSystem(ReadOnly, AsyncFileSystem):  # type: ignore[misc]  # fsspec is untyped
+class AsyncdlFileSystem(ReadOnly, Copies, AsyncFileSystem):  # type: ignore[misc]  # fsspec is untyped
     """S3 through asyncdl's engine, read-only, as an fsspec file system: paths are
     ``bucket/key`` (``asyncdl://bucket/key`` as a URL; ``s3://`` too once
     :func:`~asyncdl.fsspec.register_as_s3` routes it here).
@@ -103,7 +104,7 @@ class AsyncdlFileSystem(ReadOnly, AsyncFileSystem):  # type: ignore[misc]  # fss
         self._settings = settings
         self._given = engine
         self._engines: dict[asyncio.AbstractEventLoop, Opened] = {}
-        self._heads = Heads()
+        self._heads = Heads(self.dircache.listings_expiry_time)
         weakref.finalize(self, close_all, self._engines)
 
     # -- the engine -------------------------------------------------------------------
@@ -157,6 +158,28 @@ class AsyncdlFileSystem(ReadOnly, AsyncFileSystem):  # type: ignore[misc]  # fss
         return await reader.open()
 
     # -- paths and listings ---------------------------------------------------------------
+
+    def invalidate_cache(self, path: str | None = None) -> None:
+        """Forget the cached listings and HEADs: all of them, or those of ``path``, of
+        what is under it, and of the directories above it (whose listings hold it)."""
+        name = strip(path) if path is not None else ""
+        if not name:
+            self.dircache.clear()
+            self._heads.forget()
+        else:
+            for cached in [c for c in self.dircache if c == name or c.startswith(f"{name}/")]:
+                self.dircache.pop(cached, None)
+            up = name
+            while up:
+                up = parent(up)
+                self.dircache.pop(up, None)
+            self._heads.forget(name)
+        super().invalidate_cache(path)
+
+    def _forget(self, path: str) -> Callable[[], None]:
+        """What ``translated`` calls when ``path`` is gone or changed: its cached size
+        and ETag are stale, and the next read must find the object anew."""
+        return lambda: self.invalidate_cache(path)
 
     @classmethod
     def _strip_protocol(cls, path: Any) -> Any:
@@ -308,8 +331,10 @@ class AsyncdlFileSystem(ReadOnly, AsyncFileSystem):  # type: ignore[misc]  # fss
     ) -> bytes:
         path = strip(path)
         bucket, key = split(path)
+        if not key:
+            raise IsADirectoryError(errno.EISDIR, "a bucket is not an object", path)
         engine = await self.engine()
-        with translated(path):
+        with translated(path, forget=self._forget(path)):
             if start is None and end is None:
                 return await engine.read_bytes(bucket, key, max_size=_NO_LIMIT)
             begin = start or 0
@@ -344,7 +369,8 @@ class AsyncdlFileSystem(ReadOnly, AsyncFileSystem):  # type: ignore[misc]  # fss
         size, etag = info["size"], info["ETag"]
         bucket, key = split(path)
         cut = [within(s, e, size) for s, e in ranges]
-        return await engine.read_ranges(bucket, key, cut, size=size, etag=etag, max_gap=max_gap)
+        with translated(path, forget=self._forget(path)):
+            return await engine.read_ranges(bucket, key, cut, size=size, etag=etag, max_gap=max_gap)
 
     async def _cat_ranges(  # noqa: PLR0917 - fsspec's signature
         self,
@@ -386,30 +412,6 @@ class AsyncdlFileSystem(ReadOnly, AsyncFileSystem):  # type: ignore[misc]  # fss
 
         await asyncio.gather(*(one(p, w) for p, w in by_path.items()))
         return out
-
-    async def _get_file(self, rpath: str, lpath: str, callback: Any = None, **kwargs: Any) -> None:
-        """Copy one object to ``lpath`` with ``Engine.download`` (its temp file, atomic
-        publish, retries, resume when the config says so, the shared budget); a size
-        and ETag from the listings cache skip discovery."""
-        path = strip(rpath)
-        info = await self._info(path)
-        if info["type"] == "directory":
-            os.makedirs(lpath, exist_ok=True)
-            return
-        bucket, key = split(path)
-        engine = await self.engine()
-        progress: Callable[[int, int | None], None] | None = None
-        if callback is not None and hasattr(callback, "relative_update"):
-
-            def progress(delta: int, total: int | None) -> None:
-                if total is not None and callback.size != total:
-                    callback.set_size(total)
-                callback.relative_update(delta)
-
-        with translated(path):
-            await engine.download(
-                bucket, key, lpath, size=info["size"], etag=info["ETag"], progress=progress
-            )
 
     def _open(
         self,

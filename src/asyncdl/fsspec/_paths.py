@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import contextlib
 import errno
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from ..errors import AccessDeniedError, ObjectNotFoundError
+from ..errors import AccessDeniedError, ObjectChangedError, ObjectNotFoundError
 
 #: The URL schemes a path may carry: the file system's own, and S3's when
 #: :func:`~asyncdl.fsspec.register_as_s3` routes ``s3://`` to it.
@@ -64,14 +64,23 @@ def read_only(path: object, what: str) -> PermissionError:
 
 
 @contextlib.contextmanager
-def translated(path: str) -> Iterator[None]:
+def translated(path: str, *, forget: Callable[[], None] | None = None) -> Iterator[None]:
     """The engine's "no such object or bucket" and "access denied" as the ``OSError``
     subclasses fsspec's callers (pandas, pyarrow, zarr) catch; the engine's error is
-    the cause. Other errors pass as they are: a ``DownloadError`` says more."""
+    the cause. Other errors pass as they are: a ``DownloadError`` says more.
+
+    ``forget`` is called when the object is gone or changed (``ObjectChangedError``):
+    what the caches say of it is stale, and a retry must not be pinned to it again."""
     try:
         yield
     except ObjectNotFoundError as exc:
+        if forget is not None:
+            forget()
         raise FileNotFoundError(errno.ENOENT, str(exc), path) from exc
+    except ObjectChangedError:
+        if forget is not None:
+            forget()
+        raise
     except AccessDeniedError as exc:
         raise PermissionError(errno.EACCES, str(exc), path) from exc
 

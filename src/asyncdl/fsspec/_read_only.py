@@ -1,6 +1,7 @@
 """The writes of asyncdl's fsspec file system, every one refused: the file system
 reads, and a write (``pipe``, ``put``, ``open(..., "wb")``, ``rm``, ``mkdir``, ``cp``,
-``touch``) raises ``PermissionError`` saying so, before anything is sent."""
+``touch``, ``open_async(..., "wb")``) raises ``PermissionError`` saying so, before
+anything is sent."""
 
 from __future__ import annotations
 
@@ -41,6 +42,16 @@ class ReadOnly:
 
     async def _makedirs(self, path: str, exist_ok: bool = False) -> None:
         raise read_only(path, "make a directory")
+
+    async def open_async(self, path: str, mode: str = "rb", **kwargs: Any) -> Any:
+        """Refused for writing (``PermissionError``); for reading, fsspec's async files
+        are not offered: ``_cat_file`` and ``_cat_ranges`` read (``NotImplementedError``)."""
+        if any(c in mode for c in "wax+"):
+            raise read_only(path, f"open a file in mode {mode!r}")
+        raise NotImplementedError(
+            "asyncdl's file system has no async files: read with await fs._cat_file() or "
+            "fs._cat_ranges(), or open the file from a sync file system"
+        )
 
     def rmdir(self, path: str) -> None:
         """Refused: the file system is read-only (``PermissionError``)."""
