@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,7 +14,7 @@ from asyncdl.results import finished
 
 
 def test_finished_is_the_constructors_result() -> None:
-    values = {
+    values: dict[str, Any] = {
         "size": 1024,
         "etag": '"abc"',
         "strategy": "get-first",
