@@ -28,15 +28,13 @@ def link_unnamed(parent: str, target: str, data: bytes, dir_fd: int | None = Non
     renames it, which replaces a target and keeps its mode."""
     if _TMPFILE_FLAGS is None or parent in _NO_TMPFILE:
         return False
-    try:
-        # An existing target (a download again) is not worth writing twice; one that
-        # appears meanwhile makes the link fail, and the named way replaces it.
-        os.lstat(target, dir_fd=dir_fd)
+    # An existing target (a download again) is not worth writing twice; one that
+    # appears meanwhile makes the link fail, and the named way replaces it. Asked with
+    # access(), which answers a new target's absence (most targets) without the
+    # exception an lstat() raises; any error it hides, the open or the link meets
+    # (then the named way meets and reports it).
+    if os.access(target, os.F_OK, dir_fd=dir_fd, follow_symlinks=False):
         return False
-    except FileNotFoundError:
-        pass
-    except OSError:
-        return False  # the named way meets (and reports) what this is
     try:
         if dir_fd is None:
             fd = os.open(parent or ".", _TMPFILE_FLAGS, 0o666)

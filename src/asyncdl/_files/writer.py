@@ -15,10 +15,9 @@ So every executor call counts itself in, and :meth:`TempFile.discard` leaves the
 close and unlink to whichever call finishes last.
 
 Publishing is the other way round: once :meth:`TempFile.commit` has started, it
-finishes, whatever happens to the task that awaits it, and
-:attr:`TempFile.published` says whether the target was replaced. A cancellation
-cannot stop a rename already running in a thread; only by waiting for it can the
-caller tell what is on disk.
+finishes, whatever happens to the task that awaits it, and :attr:`TempFile.published`
+says whether the target was replaced. A cancellation cannot stop a rename already
+running in a thread; only by waiting for it can the caller tell what is on disk.
 
 A new file written in one go (a small object, no ``fsync``) needs no temp name at
 all on Linux: it is written unnamed (``O_TMPFILE``) and linked at the target, which
@@ -92,9 +91,8 @@ class TempFile:
         self._where = where
         self._dir_fd = None if where is None else where.fd
         self._at = str(target) if where is None else target.name
-        self._path = self._fresh_path()
-        #: Whether the target was replaced (or made): true from the moment ``os.replace``
-        #: (or the link of an unnamed file) succeeded.
+        self._path = ""  # the temp name, chosen once needed: an unnamed publish needs none
+        #: Whether the target was replaced (or made): true once ``os.replace`` (or a link) did.
         self.published = False
         self._fsync = fsync
         self._fd = -1
@@ -105,9 +103,9 @@ class TempFile:
         self._closed = False
         #: A deferred file's whole content, held until commit writes it in one go.
         self._whole: bytes | None = None
-        #: Writes go to the executor in hops that take all the writes of a loop turn;
-        #: made by the first such write. It refers back to this file, a cycle only the
-        #: garbage collector frees: a small file published in one go makes none.
+        #: Writes go to the executor in hops that take all the writes of a loop turn; made
+        #: by the first such write. Its reference back to this file is a cycle only the
+        #: collector frees: a small file published in one go makes none.
         self._hops: WriteHops | None = None
 
     @property
@@ -117,6 +115,7 @@ class TempFile:
     @property
     def path(self) -> Path:
         """Where the bytes are written until published."""
+        self._path = self._path or self._fresh_path()
         return Path(self._path) if self._dir_fd is None else Path(self._parent, self._path)
 
     @path.setter
@@ -149,6 +148,7 @@ class TempFile:
         """Create the file exclusively, under a fresh name if one is taken, and a
         shorter one if the file system's names are shorter than usual."""
         for _ in range(8):
+            self._path = self._path or self._fresh_path()
             try:
                 fd = os.open(self._path, _FLAGS, 0o666, dir_fd=self._dir_fd)
                 if hold(fd):

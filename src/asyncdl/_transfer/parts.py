@@ -49,7 +49,9 @@ class Sink(Protocol):
         from ``previous`` (``previous`` itself when ``crc`` is ``None``)."""
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen, as nothing changes it: one is made per object, and a frozen dataclass
+# pays an object.__setattr__ per field on creation (see jobs.Job).
+@dataclass(slots=True)
 class Fetch:
     """What every part of one object's fetch shares."""
 

@@ -28,7 +28,7 @@ from .._wire.retry import logger, with_retries
 from .._wire.s3_source import UNANNOUNCED_LENGTH, Response, S3Object
 from ..errors import ChecksumError, ObjectChangedError, source_name, translate
 from ..progress import ProgressCallback, Reporter
-from ..results import DownloadResult
+from ..results import DownloadResult, finished
 from . import resume
 from .context import Context
 from .jobs import Job
@@ -85,10 +85,10 @@ async def run(ctx: Context, job: Job, progress: ProgressCallback | None) -> Down
             temp.discard()  # a no-op once the commit began
         raise
     ctx.counters.objects_done += 1
-    return DownloadResult(
-        bucket=job.bucket,
-        key=job.key,
-        path=job.target,
+    return finished(
+        job.bucket,
+        job.key,
+        job.target,
         size=discovery.size,
         etag=discovery.etag,
         strategy=job.strategy.name,

@@ -52,7 +52,7 @@ NO_URL_CHECKSUM = (
 )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: one per download (see jobs.Job)
 class Verification:
     #: ``"ALGORITHM:base64"`` (``-N`` for COMPOSITE) of S3's checksum, if one was seen.
     checksum: str | None

@@ -269,7 +269,7 @@ async def read_error_body(raw: Any, read_timeout: float, most: int) -> bytes:
 _SPOOL_WRITE = 1024 * 1024
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: one per download (see jobs.Job)
 class SpoolTo:
     """Where and how a body of unknown length is spooled: a download's beside its
     target (the system's temp directory may be a small tmpfs, or RAM), other reads'

@@ -114,11 +114,17 @@ def from_headers(headers: Mapping[str, str], etag: str | None) -> ExpectedChecks
 
     ``etag=None`` reads it as an upload part's: its own value, whatever the object's type.
     """
-    return _first(
-        lambda algorithm: headers.get(f"x-amz-checksum-{algorithm.lower()}"),
-        headers.get("x-amz-checksum-type"),
-        etag,
-    )
+    # Looked for by names made once, not per response: this runs for every GET.
+    for algorithm, name in _HEADER_NAMES:
+        value = headers.get(name)
+        if value:
+            checksum_type = headers.get("x-amz-checksum-type") if etag is not None else None
+            return _make(algorithm, value, checksum_type, etag)
+    return None
+
+
+#: Each algorithm, and the header that carries its checksum, in ``ALGORITHMS`` order.
+_HEADER_NAMES = tuple((name, f"x-amz-checksum-{name.lower()}") for name in ALGORITHMS)
 
 
 def from_botocore(response: Mapping[str, Any], etag: str | None) -> ExpectedChecksum | None:

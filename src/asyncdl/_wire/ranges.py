@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from ..errors import scrubbed
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen, as nothing changes them: a ByteRange and a ContentRange are made per
+# request, and a frozen dataclass pays an object.__setattr__ per field on creation.
+@dataclass(slots=True)
 class ByteRange:
     """A non-empty half-open byte range ``[start, end)``."""
 
@@ -62,7 +64,7 @@ def plan_ranges(size: int, chunk_size: int, start: int = 0) -> Iterator[ByteRang
         yield ByteRange(offset, min(offset + chunk_size, size))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: see ByteRange
 class ContentRange:
     """A parsed ``Content-Range: bytes first-last/total``, as half-open ``[start, end)``."""
 

@@ -163,7 +163,7 @@ class GetTemplate:
         )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: one per request (see jobs.Job)
 class RawResponse:
     status: int
     headers: Mapping[str, str]
