@@ -26,7 +26,6 @@ from fastapi.responses import Response
 from pydantic import BaseModel
 
 import asyncdl
-from asyncdl._bulk.bulk import relative_path
 from asyncdl.contrib.fastapi import EngineDep, lifespan, object_response
 
 
@@ -70,7 +69,8 @@ async def download_batch(batch: Batch, engine: EngineDep) -> list[dict[str, Any]
     items = []
     for key in batch.keys:
         try:
-            target = root.joinpath(*relative_path(key, "").parts)  # confined to root
+            # Confined to root, by the rules download_prefix applies to listed keys.
+            target = root.joinpath(*asyncdl.relative_path(key).parts)
         except ValueError as exc:
             results.append({"key": key, "ok": False, "error": str(exc)})
             continue

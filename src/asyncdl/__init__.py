@@ -10,6 +10,7 @@ import typing
 
 if typing.TYPE_CHECKING:  # what type checkers and IDEs see: the names, imported as usual
     from ._bulk.bulk import DownloadRequest
+    from ._files.key_paths import relative_path
     from ._reads.random_access import RandomAccessReader
     from ._reads.streaming import ObjectStream
     from ._reads.sync_reader import SyncReader
@@ -55,6 +56,7 @@ __all__ = [
     "TargetBusyError",
     "TransferConfig",
     "download",
+    "relative_path",
 ]
 
 #: The module behind each public name.
@@ -80,6 +82,7 @@ _MODULES = {
     "TargetBusyError": "errors",
     "TransferConfig": "config",
     "download": "api",
+    "relative_path": "_files.key_paths",
 }
 
 

@@ -244,12 +244,6 @@ ANCHOR = re.compile(r"\[\]\(\)\{#[^}]*\}")
 IMPORT = re.compile(r"\b(?:from|import)\s+(asyncdl(?:\.\w+)*)")
 
 
-#: Private paths a user page still names, each waiting for a public home: the
-#: example confines each key of a batch to its folder as ``download_prefix`` does,
-#: with a function that no public module exports yet.
-WAITING = {"examples/fastapi_app.py": ["asyncdl._bulk.bulk"]}
-
-
 @pytest.mark.parametrize("page", user_pages(), ids=lambda page: str(page.relative_to(ROOT)))
 def test_user_pages_import_from_public_paths_only(page: Path) -> None:
     public = set(public_modules()) | {"asyncdl.cli"}  # `python -m asyncdl.cli`
@@ -262,8 +256,7 @@ def test_user_pages_import_from_public_paths_only(page: Path) -> None:
         for name in PRIVATE_PATH.findall(text)
         if not any(other == name or other.startswith(name + ".") for other in named)
     ]
-    # Exactly what is waiting: a page fixed, or a new private path, both fail.
-    assert named == WAITING.get(str(page.relative_to(ROOT)), [])
+    assert named == []
 
 
 def test_the_checks_find_a_private_path() -> None:

@@ -29,8 +29,12 @@ _WINDOWS_DEVICES = frozenset(
 )
 
 
-def relative_path(key: str, prefix: str, *, windows: bool | None = None) -> PurePosixPath:
+def relative_path(key: str, prefix: str = "", *, windows: bool | None = None) -> PurePosixPath:
     """Where ``key`` lands under the destination, or ``ValueError`` if it would escape it.
+
+    The rules ``Engine.download_prefix`` applies to each key it lists, for a caller
+    that names the targets itself (``Engine.download_many``, a web service's batch):
+    ``dest_dir.joinpath(*relative_path(key, prefix).parts)`` is inside ``dest_dir``.
 
     A ``prefix`` that does not end in ``/`` (and is not empty) is the folder
     ``prefix/``: ``logs/a`` is ``a`` under ``logs``, and ``logsa`` is not in it. Each
