@@ -38,6 +38,10 @@ from asyncdl.testing.tcp_proxy import Fault, TcpProxy
 
 from ..conftest import CHUNK, payload
 
+#: One xdist worker runs the whole module (``--dist loadgroup``): its cluster and its
+#: 5,000 objects, module fixtures, are then made once, not once on each worker.
+pytestmark = pytest.mark.xdist_group("dask")
+
 KEYS = 5000
 CONFIG = asyncdl.TransferConfig(chunk_size=CHUNK, max_concurrency=16, backoff_base=0.01)
 
