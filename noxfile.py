@@ -114,6 +114,7 @@ PURE_PARSER_TESTS = [
     "tests/transfer/test_url.py",
     "tests/wire/test_url*.py",
     "tests/wire/test_http_*.py",
+    "tests/contrib/test_http_ranges.py",
     "tests/reads/test_random_access_hostile.py",
     "tests/cli/test_sync_hostile.py",
 ]
