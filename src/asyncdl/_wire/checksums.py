@@ -114,35 +114,30 @@ def from_headers(headers: Mapping[str, str], etag: str | None) -> ExpectedChecks
 
     ``etag=None`` reads it as an upload part's: its own value, whatever the object's type.
     """
-    # Looked for by names made once, not per response: this runs for every GET.
-    for algorithm, name in _HEADER_NAMES:
-        value = headers.get(name)
-        if value:
-            checksum_type = headers.get("x-amz-checksum-type") if etag is not None else None
-            return _make(algorithm, value, checksum_type, etag)
-    return None
-
-
-#: Each algorithm, and the header that carries its checksum, in ``ALGORITHMS`` order.
-_HEADER_NAMES = tuple((name, f"x-amz-checksum-{name.lower()}") for name in ALGORITHMS)
+    return _first(headers, _HEADER_NAMES, "x-amz-checksum-type", etag)
 
 
 def from_botocore(response: Mapping[str, Any], etag: str | None) -> ExpectedChecksum | None:
     """The checksum of a parsed botocore HEAD/GET response (``ChecksumCRC32``...);
     ``etag=None`` as in :func:`from_headers`."""
-    return _first(
-        lambda algorithm: response.get(f"Checksum{algorithm}"), response.get("ChecksumType"), etag
-    )
+    return _first(response, _BOTOCORE_NAMES, "ChecksumType", etag)
+
+
+#: Each algorithm, and the name that carries its checksum, in ``ALGORITHMS`` order:
+#: made once, not per response (a GET's headers are looked at for every object).
+_HEADER_NAMES = tuple((name, f"x-amz-checksum-{name.lower()}") for name in ALGORITHMS)
+_BOTOCORE_NAMES = tuple((name, f"Checksum{name}") for name in ALGORITHMS)
 
 
 def _first(
-    value_of: Callable[[str], str | None], checksum_type: str | None, etag: str | None
+    found: Mapping[str, Any], names: tuple[tuple[str, str], ...], type_name: str, etag: str | None
 ) -> ExpectedChecksum | None:
     """The response's checksum, in :data:`ALGORITHMS` order of preference."""
-    for algorithm in ALGORITHMS:
-        value = value_of(algorithm)
+    for algorithm, name in names:
+        value = found.get(name)
         if value:
-            return _make(algorithm, value, checksum_type if etag is not None else None, etag)
+            checksum_type = found.get(type_name) if etag is not None else None
+            return _make(algorithm, value, checksum_type, etag)
     return None
 
 
