@@ -77,6 +77,42 @@ async def test_readinto_and_the_cache_is_bounded(
         assert f.tell() == 7 * BLOCK + 1
 
 
+async def test_long_reads_are_whole_and_keep_their_last_block(
+    engine: asyncdl.Engine, s3: Any, bucket: str, proxy: TcpProxy
+) -> None:
+    """A read across many blocks none of which is cached (pyarrow's tens of MiB) is
+    copied once from the GETs' bytes: right however its GETs were cut and resumed, and
+    the cache keeps its last block and those read ahead, which the next read takes."""
+    data = payload(40 * BLOCK + 9)
+    s3.put_object(Bucket=bucket, Key="k", Body=data)
+    # The first GET of each long read cut after 1000 bytes: its piece resumes there.
+    cut = {f"bytes={3 * BLOCK}-", f"bytes={20 * BLOCK}-"}
+
+    def cut_once(r: Any) -> Fault | None:
+        for start in list(cut):
+            if (r.range or "").startswith(start):
+                cut.discard(start)
+                return Fault(cut_after=1000)
+        return None
+
+    proxy.rule = cut_once
+    async with engine.open_reader(bucket, "k", block_size=BLOCK, cache_blocks=8) as f:
+        f.seek(3 * BLOCK + 5)
+        assert await f.read(6 * BLOCK) == data[3 * BLOCK + 5 : 9 * BLOCK + 5]
+        assert sorted(f._cache) == [0, 9]
+        asked = len(gets(proxy))
+        assert await f.read(BLOCK - 5) == data[9 * BLOCK + 5 : 10 * BLOCK]
+        # Sequential: the read-ahead of the next block goes out, nothing of this one.
+        assert [r.range for r in gets(proxy)[asked:]] == [f"bytes={10 * BLOCK}-{11 * BLOCK - 1}"]
+        # Block-aligned, then to the end, past the cache's size.
+        f.seek(20 * BLOCK)
+        assert await f.read(12 * BLOCK) == data[20 * BLOCK : 32 * BLOCK]
+        assert await f.read() == data[32 * BLOCK :]
+        assert await f.read_at(11 * BLOCK - 3, 4 * BLOCK) == data[11 * BLOCK - 3 : 15 * BLOCK - 3]
+    assert not cut  # both were cut
+    assert all(r.headers.get("if-match") for r in gets(proxy)[1:])
+
+
 async def test_an_object_replaced_between_reads_is_object_changed(
     engine: asyncdl.Engine, s3: Any, bucket: str, proxy: TcpProxy
 ) -> None:

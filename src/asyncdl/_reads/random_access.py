@@ -7,7 +7,10 @@ is pinned to, so whatever is read comes from one version of the object, or fails
 with ``ObjectChangedError``. Given both (from a listing), opening sends nothing.
 Reads go through a small LRU cache of ``block_size`` blocks; the blocks a read
 lacks are fetched together (adjacent ones in one GET, ``range_reads``), and a read
-that starts where the last one ended fetches as many blocks again ahead of it.
+that starts where the last one ended fetches as many blocks again ahead of it. A long
+read none of whose blocks is cached is copied once from what its GETs brought and
+leaves only its last block (and those read ahead) in the cache: a reader of tens of
+MiB at a time (pyarrow) pays one copy of its bytes, not three.
 ``read_ranges`` reads many ranges at once, as ``Engine.read_ranges`` does, from the
 cache where it holds a range whole; what it fetches is not kept (its ranges are not
 blocks). Each GET takes a slot of the engine's budget only while it is in flight:
@@ -56,6 +59,9 @@ DEFAULT_BLOCK_SIZE = 1 * MiB
 MIN_BLOCK_SIZE = 4 * KiB
 #: Blocks the cache keeps (memory: about ``block_size * cache_blocks`` per reader).
 DEFAULT_CACHE_BLOCKS = 16
+#: A read across more blocks than this, none of them cached, is copied once from the
+#: GETs' bytes and kept in the cache by its last block only (see ``_read_blocks``).
+LONG_READ_BLOCKS = 2
 #: Which block the opening GET brings: the first, or the last (a suffix range).
 FirstBlock = Literal["start", "end"]
 
@@ -418,6 +424,15 @@ class RandomAccessReader:
             sink = await fetch_spans(
                 self._ctx, self._obj, asked, spans, chunk, size=size, etag=self.etag
             )
+            if len(needed) > LONG_READ_BLOCKS and not any(i in self._cache for i in needed):
+                # A long read none of whose blocks is cached (pyarrow reads tens of MiB
+                # at a time): its bytes copied once from what the GETs brought, not cut
+                # into blocks and joined again. Only its last block is kept, with those
+                # read ahead: what a sequential read takes next.
+                data = sink.cut(start, end)
+                for i in [needed[-1], *(i for i in wanted if i > needed[-1])]:
+                    self._keep(i, sink.cut(i * block, min((i + 1) * block, size)))
+                return data
             got = {i: sink.cut(s, e) for i, (s, e) in zip(wanted, asked, strict=True)}
         # Taken before any is kept: keeping may evict a block this read still needs.
         blocks = {i: got[i] if i in got else self._cache[i] for i in needed}

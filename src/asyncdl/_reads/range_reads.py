@@ -57,17 +57,20 @@ UNPINNED_EXTRA_CHUNKS = 8
 
 
 class SpanSink:
-    """Where the GETs of some spans write: the pieces of each span as they come, joined
-    once when the span is first cut (one copy of each byte, no buffer zeroed first);
-    bytes that fall in no span (a whole-object answer's, between the ranges) are dropped
-    as they pass."""
+    """Where the GETs of some spans write: the pieces of each span as they come, each
+    range cut from them copied once (no buffer zeroed first, no span joined whole to be
+    sliced again); bytes that fall in no span (a whole-object answer's, between the
+    ranges) are dropped as they pass."""
 
     def __init__(self, spans: Sequence[Span]) -> None:
         self.spans = list(spans)
         self._starts = [span.start for span in self.spans]
         #: Per span, its pieces ``(offset, bytes)`` in the order they were written.
         self._pieces: list[list[tuple[int, bytes | memoryview]]] = [[] for _ in self.spans]
-        self._joined: dict[int, bytes] = {}
+        #: Per span once cut: its pieces in offset order with their offsets, when they
+        #: tile it; else (a GET started again over bytes already written) the span laid
+        #: over once, as one piece.
+        self._tiled: dict[int, tuple[list[int], list[bytes | memoryview]]] = {}
 
     async def write_chunks(self, offset: int, chunks: list[bytes], crc: Any, previous: Any) -> Any:
         for chunk in chunks:
@@ -89,22 +92,34 @@ class SpanSink:
                 )
 
     def cut(self, start: int, end: int) -> bytes:
-        """Bytes ``[start, end)``, which one span holds."""
+        """Bytes ``[start, end)``, which one span holds, copied once from its pieces."""
         if start == end:
             return b""
         index = bisect.bisect_right(self._starts, start) - 1
-        span = self.spans[index]
-        data = self._joined.get(index)
-        if data is None:
-            data = self._joined[index] = _join(span, self._pieces[index])
+        tiled = self._tiled.get(index)
+        if tiled is None:
+            tiled = self._tiled[index] = _tile(self.spans[index], self._pieces[index])
             self._pieces[index] = []
-        return data[start - span.start : end - span.start]  # the span itself: no copy
+        offsets, pieces = tiled
+        first = bisect.bisect_right(offsets, start) - 1
+        last = bisect.bisect_left(offsets, end, lo=first)
+        if last - first == 1:  # within one piece: a slice, or the piece itself
+            piece, low = pieces[first], offsets[first]
+            if start == low and end - low == len(piece) and isinstance(piece, bytes):
+                return piece
+            return bytes(piece[start - low : end - low])
+        return b"".join(
+            memoryview(pieces[i])[max(start - offsets[i], 0) : end - offsets[i]]
+            for i in range(first, last)
+        )
 
 
-def _join(span: Span, pieces: list[tuple[int, bytes | memoryview]]) -> bytes:
-    """A span's bytes from its pieces: joined in offset order when they tile it; laid
-    over one another in the order written when a GET started again (a later write
-    wins, as it would in a file)."""
+def _tile(
+    span: Span, pieces: list[tuple[int, bytes | memoryview]]
+) -> tuple[list[int], list[bytes | memoryview]]:
+    """A span's pieces in offset order, with their offsets, when they tile it; when a
+    GET started again (pieces over one another), the span laid over once in the order
+    written (a later write wins, as it would in a file), as one piece."""
     ordered = sorted(pieces, key=lambda piece: piece[0])
     at = span.start
     for offset, piece in ordered:
@@ -113,11 +128,11 @@ def _join(span: Span, pieces: list[tuple[int, bytes | memoryview]]) -> bytes:
         at += len(piece)
     else:
         if at == span.end:
-            return b"".join(piece for _, piece in ordered)
+            return [offset for offset, _ in ordered], [piece for _, piece in ordered]
     buffer = bytearray(span.end - span.start)
     for offset, piece in pieces:
         buffer[offset - span.start : offset - span.start + len(piece)] = piece
-    return bytes(buffer)
+    return [span.start], [bytes(buffer)]
 
 
 async def read_ranges(
