@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import gc
+import os
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -175,6 +176,61 @@ def test_get_files_named_one_by_one_may_not_land_on_one_target(
     with pytest.raises(ValueError, match="same"):
         fs.get([f"{bucket}/x/data", f"{bucket}/y/data"], str(tmp_path) + "/")
     assert files_under(tmp_path) == {}
+
+
+#: Another user, who may own a link in a shared destination (the tests run as root,
+#: which may give a link away).
+OTHER = 12345
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="gives links away: needs root")
+
+
+def link(at: Path, to: Path, *, owner: int) -> None:
+    at.symlink_to(to, target_is_directory=True)
+    os.chown(at, owner, owner, follow_symlinks=False)
+
+
+@needs_root
+def test_get_refuses_another_users_link_in_the_destination_before_writing(
+    fs: AsyncdlFileSystem, s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path
+) -> None:
+    """A shared destination where another user put a link on a key's way: followed, it
+    would take the copy outside the destination. The copy is refused before anything
+    is made or fetched, as download_prefix refuses it."""
+    for key in ("t/a.bin", "t/d/b.bin", "t/e/f.bin"):
+        s3.put_object(Bucket=bucket, Key=key, Body=key.encode())
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    link(dest / "d", elsewhere, owner=OTHER)
+    proxy.requests.clear()
+    with pytest.raises(OSError, match="link"):
+        fs.get(f"{bucket}/t/", str(dest), recursive=True)
+    assert sorted(os.listdir(elsewhere)) == []
+    assert sorted(os.listdir(dest)) == ["d"]
+    assert [r for r in proxy.requests if r.method == "GET" and "list-type=" not in r.path] == []
+    # A link of this user's own is theirs to follow, as for download_prefix.
+    (dest / "d").unlink()
+    link(dest / "d", elsewhere, owner=os.geteuid())
+    fs.get(f"{bucket}/t/", str(dest), recursive=True)
+    assert files_under(elsewhere) == {"b.bin": b"t/d/b.bin"}
+    assert (dest / "a.bin").read_bytes() == b"t/a.bin"
+    assert (dest / "e" / "f.bin").read_bytes() == b"t/e/f.bin"
+
+
+def test_get_refuses_a_file_where_a_directory_goes_before_writing(
+    fs: AsyncdlFileSystem, s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path
+) -> None:
+    for key in ("t/a.bin", "t/d/b.bin"):
+        s3.put_object(Bucket=bucket, Key=key, Body=key.encode())
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    (dest / "d").write_bytes(b"mine")
+    proxy.requests.clear()
+    with pytest.raises(NotADirectoryError):
+        fs.get(f"{bucket}/t/", str(dest), recursive=True)
+    assert files_under(dest) == {"d": b"mine"}
+    assert [r for r in proxy.requests if r.method == "GET" and "list-type=" not in r.path] == []
 
 
 # -- writes -------------------------------------------------------------------------------

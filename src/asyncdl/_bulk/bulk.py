@@ -81,6 +81,20 @@ class _Placed(DownloadRequest):
     where: HeldDir | None = None
 
 
+def placed(
+    bucket: str,
+    key: str,
+    target: Path,
+    *,
+    size: int | None,
+    etag: str | None,
+    where: HeldDir | None,
+) -> DownloadRequest:
+    """A request whose target's directory is held open already (``held_dirs``): its
+    download's files are made in that directory, not by their paths."""
+    return _Placed(bucket, key, target, size=size, etag=etag, where=where)
+
+
 def as_request(item: object) -> DownloadRequest:
     """``item`` as a request, or an ``InvalidRequestError`` if its shape or types are
     wrong (the engine checks the values before it sends anything)."""
@@ -391,6 +405,6 @@ async def _list_requests(
                     )
                     continue
                 to_fetch += size or 0
-                yield _Placed(bucket, key, target, size=size, etag=etag, where=where)
+                yield placed(bucket, key, target, size=size, etag=etag, where=where)
     if listed is not None:
         listed(items, to_fetch)

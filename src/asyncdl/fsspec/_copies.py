@@ -4,19 +4,33 @@ object lands: the names it builds come from keys, and a key is hostile. A key wh
 segments would blur on disk (``a//b``, ``./x``), one named like asyncdl's own files,
 two objects that would land on one file, or a key that is both a file and a
 "directory" (``a`` and ``a/b``) refuse the whole copy with ``ValueError``: copied as
-they are, one object would silently replace another, or be taken for asyncdl's own."""
+they are, one object would silently replace another, or be taken for asyncdl's own.
+
+A destination may be shared. The directories of targets named from keys are reached
+from the destination down as ``download_prefix`` reaches them (``held_dirs``): another
+user's symbolic link on the way is refused (``LinkRefused``, an ``OSError``), not
+followed out of the destination, and each file is made in the directory so opened.
+Every directory that exists already is looked at before anything is made or fetched.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
-from collections.abc import Callable
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable
 from glob import has_magic
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fsspec.callbacks import DEFAULT_CALLBACK
 from fsspec.implementations.local import LocalFileSystem, make_path_posix, trailing_sep
 from fsspec.utils import other_paths
 
+from .._bulk.bulk import DownloadRequest, placed
+from .._files import held_dirs
+from .._files.held_dirs import HeldDir
 from .._files.key_paths import relative_path
 from ..engine import Engine
 from ._paths import split, strip, translated
@@ -51,6 +65,8 @@ class Copies:
             if not rpaths:
                 return None
         await self._check_targets(rpaths, lpaths, root)
+        if root is not None and held_dirs.SUPPORTED:
+            return await self._get_under(rpaths, lpaths, root, callback)
         get = super()._get  # type: ignore[misc]  # fsspec's, through the file system
         return await get(rpaths, lpaths, callback=callback, **kwargs)
 
@@ -101,6 +117,41 @@ class Copies:
                     "on disk it cannot be both a file and a directory of the same name"
                 )
 
+    async def _get_under(
+        self, rpaths: list[str], lpaths: list[str], root: str, callback: Any
+    ) -> None:
+        """Copy sources to targets named from their keys under ``root`` (and any that is
+        ``root`` itself, which the caller named), their directories held open from the
+        destination down (see the module's docstring); the first failure raises."""
+        infos = [await self._info(rp) for rp in rpaths]  # the listings cache's, mostly
+        named: list[tuple[str, str]] = []
+        below: list[tuple[str, dict[str, Any], Path, tuple[str, ...]]] = []
+        for rp, lp, info in zip(rpaths, lpaths, infos, strict=True):
+            if lp == root:
+                named.append((rp, lp))
+                continue
+            parts = tuple(lp[len(root) + 1 :].split("/"))
+            folder = parts if info["type"] == "directory" else parts[:-1]
+            below.append((rp, info, Path(lp), folder))
+        top = Path(root)
+        await asyncio.to_thread(_look_below, top, sorted({folder for *_, folder in below}))
+        callback.set_size(len(lpaths))
+        for rp, lp in named:  # a path the caller named: made as named, as fsspec makes it
+            await asyncio.to_thread(os.makedirs, os.path.dirname(lp) or ".", exist_ok=True)
+            await self._get_file(rp, lp)
+            callback.relative_update(1)
+        if not below:
+            return
+        engine = await self.engine()
+        requests = _requests(top, below, callback)
+        async with contextlib.aclosing(engine.download_many(requests)) as results:
+            async for result in results:
+                if result.error is not None:
+                    path = f"{result.bucket}/{result.key}"
+                    with translated(path, forget=self._forget(path)):
+                        raise result.error
+                callback.relative_update(1)
+
     async def _get_file(self, rpath: str, lpath: str, callback: Any = None, **kwargs: Any) -> None:
         """Copy one object to ``lpath`` with ``Engine.download`` (its temp file, atomic
         publish, retries, resume when the config says so, the shared budget); a size
@@ -124,6 +175,44 @@ class Copies:
             await engine.download(
                 bucket, key, lpath, size=info["size"], etag=info["ETag"], progress=progress
             )
+
+
+#: Directories of a copy kept open after their last file, for the next ones.
+_HELD_MAX = 32
+
+
+def _look_below(top: Path, folders: list[tuple[str, ...]]) -> None:
+    """Walk to each folder as far as it exists, making nothing: a link that is not
+    followed, or a file where a directory goes, raises before anything is made."""
+    try:
+        root = held_dirs.open_root(top, create=False)
+    except FileNotFoundError:
+        return  # nothing below it exists either
+    for folder in folders:
+        with contextlib.suppress(FileNotFoundError):  # made by the copy, with nothing on the way
+            held_dirs.open_below(root, folder, create=False)
+
+
+async def _requests(
+    top: Path, below: list[tuple[str, dict[str, Any], Path, tuple[str, ...]]], callback: Any
+) -> AsyncIterator[DownloadRequest]:
+    """Each file's request, its directory opened (made where missing) just before: as
+    the engine pulls them, so a copy of many directories holds few open at once."""
+    root = await asyncio.to_thread(held_dirs.open_root, top, create=True)
+    held: OrderedDict[tuple[str, ...], HeldDir] = OrderedDict()
+    for rp, info, target, folder in below:
+        where = held.get(folder)
+        if where is None:
+            where = await asyncio.to_thread(held_dirs.open_below, root, folder, create=True)
+            held[folder] = where
+            if len(held) > _HELD_MAX:
+                held.popitem(last=False)
+        held.move_to_end(folder)
+        if info["type"] == "directory":
+            callback.relative_update(1)
+            continue
+        bucket, key = split(rp)
+        yield placed(bucket, key, target, size=info["size"], etag=info["ETag"], where=where)
 
 
 def landing(rpaths: list[str], lpaths: list[str], root: str | None) -> dict[str, str]:
