@@ -91,7 +91,7 @@ def test_cat_file_of_a_small_object_is_one_get(
 ) -> None:
     seed(s3, bucket)
     body = s3.get_object(Bucket=bucket, Key="data/b.bin")["Body"].read()
-    proxy.requests.clear()
+    proxy.reset_stats()
     assert fs.cat_file(f"{bucket}/data/b.bin") == body
     assert len(proxy.requests) == 1
     large = s3.get_object(Bucket=bucket, Key="data/a.bin")["Body"].read()
@@ -127,7 +127,7 @@ def test_cat_ranges_are_joined_and_pinned(
     starts = [0, 100, 1000, 150_000, -50, 2]
     ends = [10, 200, 1100, 150_100, None, 5]
     paths = [path] * 5 + [f"{bucket}/data/b.bin"]
-    proxy.requests.clear()
+    proxy.reset_stats()
     got = fs.cat_ranges(paths, starts, ends)
     expected = [body[s:e] for s, e in zip(starts[:5], ends[:5], strict=True)] + [small[2:5]]
     assert got == expected
@@ -186,7 +186,7 @@ def test_get_copies_through_the_engine(
     fs: AsyncdlFileSystem, s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path
 ) -> None:
     objects = seed(s3, bucket)
-    proxy.requests.clear()
+    proxy.reset_stats()
     fs.get(f"{bucket}/data", str(tmp_path / "copy"), recursive=True)
     for key in ("data/a.bin", "data/b.bin", "data/deep/c.bin"):
         name = key.removeprefix("data/")
@@ -207,7 +207,7 @@ def test_writes_are_refused(
     seed(s3, bucket)
     local = tmp_path / "local.txt"
     local.write_bytes(b"local")
-    proxy.requests.clear()
+    proxy.reset_stats()
     writes: dict[str, Callable[[], object]] = {
         "pipe": lambda: fs.pipe(f"{bucket}/new", b"x"),
         "put": lambda: fs.put(str(local), f"{bucket}/new"),

@@ -9,6 +9,7 @@ import asyncio
 import functools
 import gc
 import os
+import pickle
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -148,7 +149,7 @@ def test_get_refuses_keys_that_blur_or_collide_before_writing(
     for key in [*keys, "t/fine.bin"]:
         s3.put_object(Bucket=bucket, Key=key, Body=key.encode())
     dest = tmp_path / "dest"
-    proxy.requests.clear()
+    proxy.reset_stats()
     with pytest.raises(ValueError, match=why):
         fs.get(f"{bucket}/t", str(dest), recursive=True)
     assert files_under(tmp_path) == {}
@@ -203,7 +204,7 @@ def test_get_refuses_another_users_link_in_the_destination_before_writing(
     dest = tmp_path / "dest"
     dest.mkdir()
     link(dest / "d", elsewhere, owner=OTHER)
-    proxy.requests.clear()
+    proxy.reset_stats()
     with pytest.raises(OSError, match="link"):
         fs.get(f"{bucket}/t/", str(dest), recursive=True)
     assert sorted(os.listdir(elsewhere)) == []
@@ -226,11 +227,38 @@ def test_get_refuses_a_file_where_a_directory_goes_before_writing(
     dest = tmp_path / "dest"
     dest.mkdir()
     (dest / "d").write_bytes(b"mine")
-    proxy.requests.clear()
+    proxy.reset_stats()
     with pytest.raises(NotADirectoryError):
         fs.get(f"{bucket}/t/", str(dest), recursive=True)
     assert files_under(dest) == {"d": b"mine"}
     assert [r for r in proxy.requests if r.method == "GET" and "list-type=" not in r.path] == []
+
+
+def test_a_pickled_file_reads_the_version_it_was_opened_on(
+    fs: AsyncdlFileSystem, s3: Any, bucket: str, proxy: TcpProxy
+) -> None:
+    """Dask sends open files to its workers pickled. Unpickled, a file goes on from
+    where it was, pinned to the version it opened: no GET to open it again, and an
+    object replaced meanwhile fails the read, never a mixture of two versions."""
+    data = payload(300_000)
+    etag = s3.put_object(Bucket=bucket, Key="k.bin", Body=data)["ETag"]
+    with fs.open(f"{bucket}/k.bin", block_size=64 * 1024) as f:
+        f.seek(100_000)
+        assert f.read(10) == data[100_000:100_010]
+        blob = pickle.dumps(f)
+    proxy.reset_stats()
+    again = pickle.loads(blob)
+    assert [(r.method, r.range) for r in proxy.requests] == []
+    assert (again.tell(), again.size, again.etag) == (100_010, len(data), etag)
+    assert again.read(100) == data[100_010:100_110]
+    assert [r.headers.get("if-match") for r in proxy.requests] == [etag]
+    s3.put_object(Bucket=bucket, Key="k.bin", Body=payload(300_000, seed=9))
+    stale = pickle.loads(blob)
+    with pytest.raises(ObjectChangedError):
+        stale.read(10)
+    # Opened anew, the file reads the new version.
+    with fs.open(f"{bucket}/k.bin") as f:
+        assert f.read() == payload(300_000, seed=9)
 
 
 # -- writes -------------------------------------------------------------------------------
@@ -289,7 +317,7 @@ def test_every_write_fsspec_offers_is_refused_before_a_request(
         writes[f"open_async {mode}"] = run(functools.partial(fs.open_async, new, mode))
     with fs.transaction, pytest.raises(PermissionError, match="read-only"):
         fs.open(new, "wb")
-    proxy.requests.clear()
+    proxy.reset_stats()
     for name, write in writes.items():
         with pytest.raises(PermissionError, match="read-only") as refused:
             write()

@@ -112,7 +112,7 @@ def test_pyarrow_partitioned_dataset(
     download_tree(s3, bucket, keys, "sales", tmp_path / "boto3")
     expected = ds.dataset(tmp_path / "boto3", format="parquet", partitioning="hive").to_table()
     fs = fsspec.filesystem("asyncdl", **options)
-    proxy.requests.clear()
+    proxy.reset_stats()
     got = ds.dataset(f"{bucket}/sales", filesystem=fs, format="parquet", partitioning="hive")
     assert sorted(got.files) == sorted(f"{bucket}/{key}" for key in keys)
     assert got.to_table().sort_by("id").equals(expected.sort_by("id"))

@@ -69,8 +69,10 @@ class AsyncdlFile(AbstractBufferedFile):  # type: ignore[misc]  # fsspec is unty
         cache_type: str = "readahead",
         cache_options: dict[str, Any] | None = None,
         first_block: FirstBlock | None = None,
+        pinned: tuple[int, str] | None = None,
         **kwargs: Any,
     ) -> None:
+        self._asked = (block_size, cache_type, dict(cache_options or {}), first_block)
         options = dict(cache_options or {})
         bucket, key = split(path)
         chunk = fs.chunk_size
@@ -79,7 +81,14 @@ class AsyncdlFile(AbstractBufferedFile):  # type: ignore[misc]  # fsspec is unty
             first_block = "end" if key.lower().endswith(INDEX_AT_END) else "start"
         with translated(path, forget=fs._forget(path)):
             reader = sync(
-                fs.loop, fs.open_reader, bucket, key, block, blocks, first_block=first_block
+                fs.loop,
+                fs.open_reader,
+                bucket,
+                key,
+                block,
+                blocks,
+                first_block=first_block,
+                pinned=pinned,
             )
         self._reader: RandomAccessReader | None = reader
         #: The ETag every GET of this file is pinned to (``None`` only for an object
@@ -104,8 +113,40 @@ class AsyncdlFile(AbstractBufferedFile):  # type: ignore[misc]  # fsspec is unty
             data: bytes = sync(self.fs.loop, reader.read_at, start, end - start)
         return data
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled (Dask sends open files to its workers): unpickled, the file reads
+        the version it was opened on, from where it was, with no GET to open it; an
+        object replaced meanwhile fails its first read with ``ObjectChangedError``.
+        (fsspec's own pickling opens the object again: whatever version is there.)"""
+        if self.closed:
+            raise ValueError(f"{self.path}: cannot pickle a closed file")
+        version = None if self.etag is None else (self.size, self.etag)
+        return _reopen, (self.fs, self.path, self._asked, version, self.loc)
+
     def close(self) -> None:
         """Close the file. The reader holds no connection nor slot between reads: it
         is dropped, its cached blocks with it."""
         super().close()
         self._reader = None
+
+
+def _reopen(
+    fs: AbstractFileSystem,
+    path: str,
+    asked: tuple[object, str, dict[str, Any], FirstBlock | None],
+    version: tuple[int, str] | None,
+    loc: int,
+) -> AsyncdlFile:
+    """A pickled :class:`AsyncdlFile` opened again, pinned to its version."""
+    block_size, cache_type, cache_options, first_block = asked
+    file = AsyncdlFile(
+        fs,
+        path,
+        block_size=block_size,
+        cache_type=cache_type,
+        cache_options=cache_options,
+        first_block=first_block,
+        pinned=version,
+    )
+    file.seek(loc)
+    return file

@@ -135,10 +135,18 @@ class AsyncdlFileSystem(ReadOnly, Copies, AsyncFileSystem):  # type: ignore[misc
         close_all(self._engines)
 
     async def open_reader(
-        self, bucket: str, key: str, block_size: int, blocks: int, *, first_block: FirstBlock
+        self,
+        bucket: str,
+        key: str,
+        block_size: int,
+        blocks: int,
+        *,
+        first_block: FirstBlock,
+        pinned: tuple[int, str] | None = None,
     ) -> RandomAccessReader:
         """The engine's reader of the object, open: its first GET sent, or none when the
-        listings cache has the object's size and ETag."""
+        listings cache has the object's size and ETag, or ``pinned`` gives them (a file
+        unpickled: it reads the version it was opened on, or fails)."""
         engine = await self.engine()
         path = f"{bucket}/{key}"
         listed = next((e for e in self._listed(parent(path)) or () if e["name"] == path), None)
@@ -146,6 +154,8 @@ class AsyncdlFileSystem(ReadOnly, Copies, AsyncFileSystem):  # type: ignore[misc
         size, etag = (listed["size"], listed["ETag"]) if listed and listed["ETag"] else (None, None)
         if etag is None and (headed := self._heads.get(path)) is not None:
             size, etag = headed
+        if pinned is not None:
+            size, etag = pinned
         reader = engine.open_reader(
             bucket,
             key,
