@@ -40,6 +40,7 @@ from botocore.exceptions import ResponseStreamingError
 from ..errors import RetryableError, describe
 from ..progress import Reporter
 from .bandwidth import TokenBucket
+from .own_http import OwnBodyError, OwnResponse
 
 
 def _response_of(body: Any) -> aiohttp.ClientResponse | None:
@@ -110,7 +111,12 @@ def _read_at_most(response: aiohttp.ClientResponse, size: int) -> None:
 
 #: A body that broke: aiohttp's parser found its framing wrong (the pure-Python parser
 #: raises that as it is; the C one as a payload error), or its connection was cut.
-_BROKEN_BODY = (HttpProcessingError, aiohttp.ClientPayloadError, ResponseStreamingError)
+_BROKEN_BODY = (
+    HttpProcessingError,
+    aiohttp.ClientPayloadError,
+    ResponseStreamingError,
+    OwnBodyError,
+)
 
 #: Seconds a stall watch's timer may fire after its time and still judge: later, the
 #: loop was held up, and it looks again this much later (see ``BodyReader._check``).
@@ -131,11 +137,15 @@ class BodyReader:
         #: is not aiohttp's (it has no pieces of its own).
         self._size = size
         raw = _response_of(body)  # once per body: the stream is the answer's content
-        self._stream = _content_of(raw)
+        self._stream: aiohttp.StreamReader | OwnResponse | None = _content_of(raw)
+        if type(body) is OwnResponse:  # the engine's own client: the answer is its body
+            self._stream = body
         #: aiohttp holds the whole body already (a tiny object's, often): no read can
         #: wait, nor hold more than there is, so it needs no stall watch and no limits.
         self._whole = self._stream is not None and self._stream.is_eof()
-        if raw is not None and self._stream is not None and not self._whole:
+        if type(body) is OwnResponse and not self._whole:
+            body.hold_at_most(size // 2)
+        elif raw is not None and isinstance(self._stream, aiohttp.StreamReader) and not self._whole:
             # Half a write's worth waiting in aiohttp, and socket reads of that much at
             # most: with the write being gathered and the one in flight, a response
             # holds about two writes' worth (see parts.write_target).
@@ -255,7 +265,7 @@ async def read_error_body(raw: Any, read_timeout: float, most: int) -> bytes:
                     break
                 pieces.append(piece)
                 held += len(piece)
-    except (TimeoutError, aiohttp.ClientError, HttpProcessingError, OSError):
+    except (TimeoutError, aiohttp.ClientError, HttpProcessingError, OSError, OwnBodyError):
         pass  # what came is kept: the status says what the server meant
     finally:
         if ended:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import socket
+import ssl
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -30,6 +31,8 @@ from botocore.exceptions import (
 )
 from yarl import URL
 
+from . import own_http
+
 #: aiobotocore adds a Host header per request when this is set: its own path does that.
 _PROXY_HOST_HEADER = "BOTO_EXPERIMENTAL__ADD_PROXY_HOST_HEADER"
 #: Where a session that picks its proxy per hop (the engine's own: ``url_session``)
@@ -44,6 +47,9 @@ class Route:
     session: aiohttp.ClientSession
     proxy: str | None
     proxy_headers: dict[str, str]
+    #: aiobotocore's HTTP session the aiohttp session belongs to: what the engine's own
+    #: HTTP client (:mod:`asyncdl._wire.own_http`) keeps its pool on and closes with.
+    http_session: object = None
 
 
 async def route_for(http_session: object, url: str) -> Route | None:
@@ -68,7 +74,7 @@ async def route_for(http_session: object, url: str) -> Route | None:
     session = await get_session(proxy)
     if not isinstance(session, aiohttp.ClientSession):
         return None
-    return Route(session, proxy, proxy_headers)
+    return Route(session, proxy, proxy_headers, http_session)
 
 
 async def send(
@@ -78,6 +84,10 @@ async def send(
     to get an answer are botocore's exceptions, mapped as aiobotocore maps them, and
     name the URL as ``shown`` (the URL itself when not given)."""
     url_shown = url if shown is None else shown
+    if method == "GET" and route.http_session is not None and own_http.served(route.proxy, url):
+        pool = own_http.pool_for(route.http_session, route.session)
+        if pool is not None:
+            return await _send_own(pool, url, headers, url_shown)
     try:
         return await route.session.request(
             method,
@@ -107,6 +117,29 @@ async def send(
         raise ReadTimeoutError(endpoint_url=url_shown, error=exc) from exc
     except InvalidProxiesConfigError:
         raise  # a setting to fix (the engine's own session checks its proxy per hop)
+    except Exception as exc:
+        raise HTTPClientError(error=exc) from exc
+
+
+async def _send_own(
+    pool: own_http.OwnPool, url: str, headers: dict[str, str], url_shown: str
+) -> own_http.OwnResponse:
+    """A GET on the engine's own HTTP client, its failures mapped as :func:`send` maps
+    aiohttp's."""
+    try:
+        return await pool.get(url, headers)
+    except own_http.ConnectTimeout as exc:
+        raise ConnectTimeoutError(endpoint_url=url_shown, error=exc) from exc
+    except own_http.HeadersTimeout as exc:
+        raise ReadTimeoutError(endpoint_url=url_shown, error=exc) from exc
+    except own_http.OwnHTTPError as exc:
+        raise ConnectionClosedError(error=exc, request=None, endpoint_url=url_shown) from exc
+    except ssl.SSLError as exc:
+        raise SSLError(endpoint_url=url_shown, error=exc) from exc
+    except OSError as exc:  # refused, reset, no such host, the pool closed
+        raise EndpointConnectionError(endpoint_url=url_shown, error=exc) from exc
+    except TimeoutError as exc:
+        raise ReadTimeoutError(endpoint_url=url_shown, error=exc) from exc
     except Exception as exc:
         raise HTTPClientError(error=exc) from exc
 
