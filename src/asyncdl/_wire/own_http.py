@@ -41,6 +41,10 @@ _HIGH_WATER = 256 * 1024
 _IDLE_PER_ORIGIN = 100
 
 
+class _Unasked(Exception):
+    """Bytes past the end of the answer asked for (see ``on_message_begin``)."""
+
+
 class OwnHTTPError(Exception):
     """An answer that could not be had: its status line or headers broke, or the
     connection closed before them."""
@@ -152,6 +156,14 @@ class _Connection(asyncio.Protocol):
         pass
 
     # --- httptools' callbacks ---------------------------------------------------------
+    def on_message_begin(self) -> None:
+        response = self.response
+        if response is None or response.complete:
+            # A second answer in the bytes that ended this one: nobody asked for it (an
+            # answer is never read into the one before). Stop parsing; the connection
+            # is dropped (see data_received) and the answer already had is kept.
+            raise _Unasked
+
     def on_header(self, name: bytes, value: bytes) -> None:
         # httptools joins a header's pieces (one spanning socket reads) before this.
         self._names.append((name.decode("latin-1"), value.decode("latin-1")))
@@ -392,6 +404,9 @@ class OwnPool:
         self._live: set[_Connection] = set()
         self._origins: dict[str, tuple[_Origin, str]] = {}
         self.closed = False
+        #: GETs sent, and connections made (what a test or a benchmark checks).
+        self.sent = 0
+        self.connected = 0
 
     def _split(self, url: str) -> tuple[_Origin, str]:
         # The origin is the same for every GET of a bucket: parsed once per URL prefix.
@@ -429,6 +444,7 @@ class OwnPool:
                 conn = await self._connect(origin)
             response = OwnResponse(conn)
             conn.send(request, response)
+            self.sent += 1
             try:
                 if self._read_timeout:
                     async with asyncio.timeout(self._read_timeout):
@@ -476,6 +492,7 @@ class OwnPool:
             conn._drop()
             raise ConnectError("the pool is closed")
         self._live.add(conn)
+        self.connected += 1
         return conn
 
     def _ssl_context(self) -> ssl.SSLContext:

@@ -1,0 +1,263 @@
+"""The engine's own HTTP/1.1 GET client (``asyncdl._wire.own_http``): keep-alive that
+pools only a connection whose answer ended where its framing says, bodies that break
+raising a body error that quotes nothing, and the lean path's downloads through it
+(against moto behind the proxy) with the switch on.
+
+Each server here is a real one on loopback, answering with the bytes a test gives it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import asyncdl
+from asyncdl._wire import own_http
+from asyncdl._wire.own_http import OwnBodyError, OwnHTTPError, OwnPool, OwnResponse
+from asyncdl.errors import RetryableError
+from asyncdl.testing.tcp_proxy import TcpProxy
+
+from ..conftest import payload
+
+#: What a server does with one request on a connection: the bytes it writes back, then
+#: whether it closes the connection.
+Answer = Callable[[int], tuple[bytes, bool]]
+
+
+class _Server:
+    """A loopback server that reads request heads and writes the answers it is given."""
+
+    def __init__(self, answer: Answer) -> None:
+        self.answer = answer
+        self.connections = 0
+        self.requests: list[bytes] = []
+        self._server: asyncio.Server | None = None
+        self._writers: list[asyncio.StreamWriter] = []
+        self._tasks: list[asyncio.Task[Any]] = []
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.append(task)
+        self.connections += 1
+        self._writers.append(writer)
+        try:
+            while True:
+                try:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    return
+                self.requests.append(head)
+                data, close = self.answer(len(self.requests))
+                writer.write(data)
+                await writer.drain()
+                if close:
+                    return
+        finally:
+            writer.close()
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None
+        port = self._server.sockets[0].getsockname()[1]
+        return f"http://127.0.0.1:{port}/obj"
+
+    async def __aenter__(self) -> _Server:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        assert self._server is not None
+        for writer in self._writers:
+            writer.close()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._server.close()
+        await self._server.wait_closed()
+
+
+def _ok(body: bytes, **headers: str) -> bytes:
+    lines = [b"HTTP/1.1 200 OK", b"Content-Length: %d" % len(body)]
+    lines += [f"{name}: {value}".encode() for name, value in headers.items()]
+    return b"\r\n".join(lines) + b"\r\n\r\n" + body
+
+
+@asynccontextmanager
+async def _pool(read_timeout: float = 5.0) -> AsyncIterator[OwnPool]:
+    pool = OwnPool(True, 5.0, read_timeout)
+    try:
+        yield pool
+    finally:
+        pool.close()
+
+
+async def _body(response: OwnResponse) -> bytes:
+    pieces = []
+    while piece := (await response.readchunk())[0]:
+        pieces.append(piece)
+    return b"".join(pieces)
+
+
+async def test_a_connection_is_kept_for_the_next_get_once_its_answer_ended() -> None:
+    async with _Server(lambda n: (_ok(b"x" * n, ETag='"e"'), False)) as server, _pool() as pool:
+        for n in (1, 2, 3):
+            response = await pool.get(server.url, {"Range": "bytes=0-9"})
+            assert response.status == 200
+            assert response.headers.getall("etag") == ['"e"']
+            assert response.headers["ETAG"] == '"e"'  # case-insensitive, as aiohttp's
+            assert await _body(response) == b"x" * n
+            response.release()
+    assert server.connections == 1
+    assert server.requests[0].startswith(b"GET /obj HTTP/1.1\r\nHost: 127.0.0.1:")
+    assert b"\r\nRange: bytes=0-9\r\n" in server.requests[0]
+
+
+async def test_an_answer_closed_before_its_end_never_goes_back_to_the_pool() -> None:
+    body = payload(3 * 1024 * 1024)
+    async with _Server(lambda n: (_ok(body), False)) as server, _pool() as pool:
+        response = await pool.get(server.url, {})
+        first, _ = await response.readchunk()
+        assert 0 < len(first) < len(body)
+        response.close()  # the rest still on its way: the connection cannot be reused
+        response = await pool.get(server.url, {})
+        assert await _body(response) == body
+        response.release()
+    assert server.connections == 2
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", b"junk"],
+    ids=["an-answer-nobody-asked-for", "junk"],
+)
+async def test_bytes_after_an_answer_mean_a_new_connection(extra: bytes) -> None:
+    async with _Server(lambda n: (_ok(b"abc") + extra, False)) as server, _pool() as pool:
+        for _ in range(2):
+            response = await pool.get(server.url, {})
+            assert await _body(response) == b"abc"
+            await asyncio.sleep(0.05)  # the extra bytes reach the idle connection
+            response.release()
+    assert server.connections == 2
+
+
+async def test_an_answer_that_asks_to_close_is_not_pooled() -> None:
+    async with _Server(lambda n: (_ok(b"abc", Connection="close"), False)) as server:
+        async with _pool() as pool:
+            for _ in range(2):
+                response = await pool.get(server.url, {})
+                assert await _body(response) == b"abc"
+                response.release()
+    assert server.connections == 2
+
+
+async def test_a_body_cut_short_of_its_length_is_a_body_error() -> None:
+    cut = b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n12345"
+    async with _Server(lambda n: (cut, True)) as server, _pool() as pool:
+        response = await pool.get(server.url, {})
+        with pytest.raises(OwnBodyError, match="closed before the answer ended"):
+            await _body(response)
+        response.close()
+
+
+async def test_a_close_delimited_body_ends_with_the_close_and_is_not_pooled() -> None:
+    answer = b"HTTP/1.1 200 OK\r\n\r\nall of it"
+    async with _Server(lambda n: (answer, True)) as server, _pool() as pool:
+        for _ in range(2):
+            response = await pool.get(server.url, {})
+            assert response.close_delimited
+            assert await _body(response) == b"all of it"
+            response.release()
+    assert server.connections == 2
+
+
+async def test_bad_chunk_framing_is_a_body_error_that_quotes_nothing() -> None:
+    secret = b"Authorization-ish-secret"
+    bad = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n" + secret
+    async with _Server(lambda n: (bad, False)) as server, _pool() as pool:
+        response = await pool.get(server.url, {})
+        with pytest.raises(OwnBodyError) as raised:
+            await _body(response)
+        response.close()
+    assert secret.decode() not in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [b"HTTP/1.1 2x0 OK\r\n\r\n", b"GET /obj HTTP/1.1\r\nHost: x\r\n\r\n"],
+    ids=["bad-status", "an-echo"],
+)
+async def test_a_head_that_is_not_an_answer_is_refused(answer: bytes) -> None:
+    async with _Server(lambda n: (answer, False)) as server, _pool() as pool:
+        with pytest.raises(OwnHTTPError, match="bad framing"):
+            await pool.get(server.url, {})
+
+
+async def test_an_idle_connection_the_server_dropped_is_replaced_once() -> None:
+    # The first answer's connection is closed by the server after it (an idle timeout),
+    # without a Connection: close: the pooled connection is found dead on its next use.
+    async with _Server(lambda n: (_ok(b"abc"), n == 1)) as server, _pool() as pool:
+        response = await pool.get(server.url, {})
+        assert await _body(response) == b"abc"
+        response.release()
+        await asyncio.sleep(0.05)
+        response = await pool.get(server.url, {})
+        assert await _body(response) == b"abc"
+        response.release()
+    assert server.connections == 2
+
+
+async def test_no_answer_within_the_read_timeout() -> None:
+    async with _Server(lambda n: (b"", False)) as server, _pool(read_timeout=0.2) as pool:
+        with pytest.raises(own_http.HeadersTimeout):
+            await pool.get(server.url, {})
+
+
+async def test_a_line_break_in_a_header_is_refused_before_anything_is_sent() -> None:
+    async with _Server(lambda n: (_ok(b""), False)) as server, _pool() as pool:
+        with pytest.raises(ValueError, match="line break"):
+            await pool.get(server.url, {"If-Match": '"a"\r\nX-Evil: 1'})
+    assert server.connections == 0
+
+
+async def test_a_stall_verdict_fails_the_read_and_the_connection() -> None:
+    head = b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n12"
+    async with _Server(lambda n: (head, False)) as server, _pool() as pool:
+        response = await pool.get(server.url, {})
+        assert (await response.readchunk())[0] == b"12"
+        reading = asyncio.ensure_future(response.readchunk())
+        await asyncio.sleep(0.05)
+        response.set_exception(RetryableError("no bytes"))
+        with pytest.raises(RetryableError):
+            await reading
+        response.close()
+        assert not any(pool._idle.values())  # its connection was not kept
+
+
+@pytest.fixture
+def own_client_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(own_http, "ENABLED", True)
+
+
+@pytest.mark.usefixtures("own_client_on")
+async def test_downloads_go_through_the_own_client_with_the_switch_on(
+    s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path
+) -> None:
+    bodies = {f"k{i}": payload(100 + 5000 * i) for i in range(8)}
+    for key, body in bodies.items():
+        s3.put_object(Bucket=bucket, Key=key, Body=body)
+    config = asyncdl.TransferConfig(max_concurrency=4)
+    async with asyncdl.Engine(config=config, endpoint_url=proxy.url, region="us-east-1") as engine:
+        for key in bodies:
+            await engine.download(bucket, key, str(tmp_path / key))
+        pool = getattr(engine.client._endpoint.http_session, "_asyncdl_own_pool", None)
+        assert isinstance(pool, OwnPool) and not pool.closed
+        # Every GET went through it, on one connection kept alive between them.
+        assert (pool.sent, pool.connected) == (len(bodies), 1)
+    assert pool.closed and not pool._live  # closed with the client
+    for key, body in bodies.items():
+        assert (tmp_path / key).read_bytes() == body
+    assert len(proxy.requests) == len(bodies)
