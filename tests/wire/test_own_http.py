@@ -145,12 +145,12 @@ async def test_bytes_after_an_answer_mean_a_new_connection(extra: bytes) -> None
 
 
 async def test_an_answer_that_asks_to_close_is_not_pooled() -> None:
-    async with _Server(lambda n: (_ok(b"abc", Connection="close"), False)) as server:
-        async with _pool() as pool:
-            for _ in range(2):
-                response = await pool.get(server.url, {})
-                assert await _body(response) == b"abc"
-                response.release()
+    answer = _ok(b"abc", Connection="close")
+    async with _Server(lambda n: (answer, False)) as server, _pool() as pool:
+        for _ in range(2):
+            response = await pool.get(server.url, {})
+            assert await _body(response) == b"abc"
+            response.release()
     assert server.connections == 2
 
 
@@ -254,10 +254,12 @@ async def test_downloads_go_through_the_own_client_with_the_switch_on(
         for key in bodies:
             await engine.download(bucket, key, str(tmp_path / key))
         pool = getattr(engine.client._endpoint.http_session, "_asyncdl_own_pool", None)
-        assert isinstance(pool, OwnPool) and not pool.closed
+        assert isinstance(pool, OwnPool)
+        assert not pool.closed
         # Every GET went through it, on one connection kept alive between them.
         assert (pool.sent, pool.connected) == (len(bodies), 1)
-    assert pool.closed and not pool._live  # closed with the client
+    assert pool.closed  # closed with the client
+    assert not pool._live
     for key, body in bodies.items():
         assert (tmp_path / key).read_bytes() == body
     assert len(proxy.requests) == len(bodies)
