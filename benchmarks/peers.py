@@ -130,9 +130,13 @@ async def run_asyncdl(
     validate: str = "when_available",
     prefix: bool = False,
     listed: bool = False,
+    own_http: bool = False,
 ) -> list[str]:
     import asyncdl  # noqa: PLC0415
+    from asyncdl._wire import own_http as own  # noqa: PLC0415
 
+    # The engine's own HTTP client for its GETs (an internal switch, off by default).
+    own.ENABLED = own_http
     os.environ["AWS_ENDPOINT_URL_S3"] = job.endpoint
     errors: list[str] = []
     config = asyncdl.TransferConfig(max_concurrency=job.concurrency, validate=validate)
@@ -158,6 +162,9 @@ async def run_asyncdl(
             assert meter.verified is not None
             meter.verified += result.verified
         meter.stop()
+        pool = getattr(engine.client._endpoint.http_session, "_asyncdl_own_pool", None)
+        if own_http and (pool is None or pool.sent < job.objects):
+            errors.append(f"the own HTTP client sent {pool.sent if pool else 0} GETs")
     return errors
 
 
@@ -506,6 +513,13 @@ RUNNERS: dict[str, Callable[[Job, Meter], list[str]]] = {
     # a HEAD alongside; "-off" turns checking off.
     "asyncdl-prefix": lambda job, m: on_loop(job, run_asyncdl(job, m, "auto", prefix=True)),
     "asyncdl-listed": lambda job, m: on_loop(job, run_asyncdl(job, m, "auto", listed=True)),
+    # The same two with their GETs on the engine's own HTTP client (asyncdl._wire.own_http).
+    "asyncdl-get-first-own": lambda job, m: on_loop(
+        job, run_asyncdl(job, m, "get-first", own_http=True)
+    ),
+    "asyncdl-listed-own": lambda job, m: on_loop(
+        job, run_asyncdl(job, m, "auto", listed=True, own_http=True)
+    ),
     "asyncdl-prefix-off": lambda job, m: on_loop(
         job, run_asyncdl(job, m, "auto", validate="off", prefix=True)
     ),

@@ -25,7 +25,7 @@ import asyncio
 import collections
 import contextlib
 import ssl
-from typing import Any
+from typing import Any, cast
 
 from multidict import CIMultiDict
 
@@ -118,8 +118,8 @@ class _Connection(asyncio.Protocol):
 
     # --- asyncio.Protocol -------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's transports are not asyncio.Transport subclasses; both have its methods.
+        self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         response = self.response
