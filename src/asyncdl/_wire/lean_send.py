@@ -78,13 +78,29 @@ async def route_for(http_session: object, url: str) -> Route | None:
 
 
 async def send(
-    route: Route, method: str, url: str, headers: dict[str, str], *, shown: str | None = None
+    route: Route,
+    method: str,
+    url: str,
+    headers: dict[str, str],
+    *,
+    shown: str | None = None,
+    own: bool = False,
 ) -> Any:
     """Send one request; the open ``aiohttp.ClientResponse``. Failures to connect or
     to get an answer are botocore's exceptions, mapped as aiobotocore maps them, and
-    name the URL as ``shown`` (the URL itself when not given)."""
+    name the URL as ``shown`` (the URL itself when not given).
+
+    ``own``: an S3 GET, which follows no redirect, may go through the engine's own
+    client (:mod:`asyncdl._wire.own_http`, when switched on), which answers an
+    :class:`~asyncdl._wire.own_http.OwnResponse`; a URL's GET follows redirects as
+    aiohttp does, and stays on aiohttp."""
     url_shown = url if shown is None else shown
-    if method == "GET" and route.http_session is not None and own_http.served(route.proxy, url):
+    if (
+        own
+        and method == "GET"
+        and route.http_session is not None
+        and own_http.served(route.proxy, url)
+    ):
         pool = own_http.pool_for(route.http_session, route.session)
         if pool is not None:
             return await _send_own(pool, url, headers, url_shown)

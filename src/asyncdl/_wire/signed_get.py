@@ -345,7 +345,7 @@ class SignedGets:
             )
         if template.route is not None:
             headers["Accept-Encoding"] = "identity"  # as aiobotocore sends it
-            raw = await send_on(template.route, method, url, headers)
+            raw = await send_on(template.route, method, url, headers, own=True)
             response_headers: Mapping[str, str] = raw.headers
         else:
             response = await self._session.send(_Request(method, url, headers))
