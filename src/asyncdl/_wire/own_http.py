@@ -430,10 +430,13 @@ class OwnPool:
         if "\r" in checked or "\n" in checked:
             raise ValueError("a request header or URL holds a line break")
         # botocore's prepared request names its Host (the one it signed): sent as it is.
-        if any(name.lower() == "host" for name in headers):
-            lines = [f"GET {target} HTTP/1.1\r\n"]
-        else:
-            lines = [f"GET {target} HTTP/1.1\r\nHost: {origin[3]}\r\n"]
+        # aiohttp adds Accept: the request is the same as it would send, to the byte.
+        named = {name.lower() for name in headers}
+        lines = [f"GET {target} HTTP/1.1\r\n"]
+        if "host" not in named:
+            lines.append(f"Host: {origin[3]}\r\n")
+        if "accept" not in named:
+            lines.append("Accept: */*\r\n")
         lines.extend(f"{name}: {value}\r\n" for name, value in headers.items())
         lines.append("\r\n")
         request = "".join(lines).encode("utf-8")
