@@ -144,6 +144,17 @@ async def test_bytes_after_an_answer_mean_a_new_connection(extra: bytes) -> None
     assert server.connections == 2
 
 
+async def test_an_interim_answer_is_passed_over() -> None:
+    answer = b"HTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\n" + _ok(b"abc", ETag='"e"')
+    async with _Server(lambda n: (answer, False)) as server, _pool() as pool:
+        for _ in range(2):
+            response = await pool.get(server.url, {})
+            assert (response.status, response.headers.get("etag")) == (200, '"e"')
+            assert await _body(response) == b"abc"
+            response.release()
+    assert server.connections == 1
+
+
 async def test_an_answer_that_asks_to_close_is_not_pooled() -> None:
     answer = _ok(b"abc", Connection="close")
     async with _Server(lambda n: (answer, False)) as server, _pool() as pool:

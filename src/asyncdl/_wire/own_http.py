@@ -115,6 +115,8 @@ class _Connection(asyncio.Protocol):
         self._paused = False
         # Per answer, while its head is parsed.
         self._names: list[tuple[str, str]] = []
+        #: The head parsed was an interim (1xx) one: the next message is the answer.
+        self._interim = False
 
     # --- asyncio.Protocol -------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -158,7 +160,9 @@ class _Connection(asyncio.Protocol):
     # --- httptools' callbacks ---------------------------------------------------------
     def on_message_begin(self) -> None:
         response = self.response
-        if response is None or response.complete:
+        if self._interim:
+            self._interim = False
+        elif response is None or response.complete:
             # A second answer in the bytes that ended this one: nobody asked for it (an
             # answer is never read into the one before). Stop parsing; the connection
             # is dropped (see data_received) and the answer already had is kept.
@@ -171,9 +175,13 @@ class _Connection(asyncio.Protocol):
     def on_headers_complete(self) -> None:
         response = self.response
         assert response is not None
-        headers: CIMultiDict[str] = CIMultiDict(self._names)
-        self._names = []
-        response.head(self._parser.get_status_code(), headers, self._parser.should_keep_alive())
+        status = self._parser.get_status_code()
+        names, self._names = self._names, []
+        if 100 <= status < 200:
+            # An interim answer (103 Early Hints): the answer asked for comes after it.
+            self._interim = True
+            return
+        response.head(status, CIMultiDict(names), self._parser.should_keep_alive())
 
     def on_body(self, body: bytes) -> None:
         response = self.response
@@ -186,7 +194,8 @@ class _Connection(asyncio.Protocol):
     def on_message_complete(self) -> None:
         response = self.response
         assert response is not None
-        response.on_message_complete()
+        if not self._interim:
+            response.on_message_complete()
 
     # --- the pool's side --------------------------------------------------------------
     def reading_wanted(self) -> None:
