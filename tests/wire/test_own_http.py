@@ -274,3 +274,17 @@ async def test_downloads_go_through_the_own_client_with_the_switch_on(
     for key, body in bodies.items():
         assert (tmp_path / key).read_bytes() == body
     assert len(proxy.requests) == len(bodies)
+
+
+async def test_an_idle_connection_is_closed_after_the_keepalive(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(own_http, "KEEPALIVE", 0.2)
+    async with _Server(lambda n: (_ok(b"abc"), False)) as server, _pool() as pool:
+        response = await pool.get(server.url, {})
+        assert await _body(response) == b"abc"
+        response.release()
+        assert any(pool._idle.values())
+        await asyncio.sleep(0.5)
+        assert not any(pool._idle.values())
+        assert not pool._live

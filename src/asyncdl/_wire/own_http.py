@@ -111,7 +111,12 @@ class _Connection(asyncio.Protocol):
         #: close, not an answer to this request.
         self.served = 0
         self.lost = False
-        self._idle_timer: asyncio.TimerHandle | None = None
+        #: When the pool took it back (loop time): it is dropped after KEEPALIVE idle.
+        self.idle_since = 0.0
+        #: The answer's head is due by then (loop time); the watch that checks it is
+        #: one timer per connection, moved on only when it fires (not one per request).
+        self._head_due = 0.0
+        self._head_timer: asyncio.TimerHandle | None = None
         self._paused = False
         # Per answer, while its head is parsed.
         self._names: list[tuple[str, str]] = []
@@ -141,9 +146,7 @@ class _Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
         self._pool.forget(self)
-        if self._idle_timer is not None:
-            self._idle_timer.cancel()
-            self._idle_timer = None
+        self._stop_watch()
         response = self.response
         if response is not None and not response.complete:
             if response.head_done and response.close_delimited:
@@ -204,14 +207,33 @@ class _Connection(asyncio.Protocol):
             self._paused = False
             self.transport.resume_reading()
 
-    def send(self, request: bytes, response: OwnResponse) -> None:
+    def send(self, request: bytes, response: OwnResponse, read_timeout: float | None) -> None:
         assert self.transport is not None
-        if self._idle_timer is not None:
-            self._idle_timer.cancel()
-            self._idle_timer = None
         self.response = response
         self._names = []
+        self._interim = False
+        if read_timeout:
+            self._head_due = self._pool.loop.time() + read_timeout
+            if self._head_timer is None:
+                self._head_timer = self._pool.loop.call_at(self._head_due, self._check_head)
         self.transport.write(request)
+
+    def _check_head(self) -> None:
+        self._head_timer = None
+        response = self.response
+        if response is None or response.head_done:
+            return  # the next request sets it again
+        now = self._pool.loop.time()
+        if now < self._head_due:
+            self._head_timer = self._pool.loop.call_at(self._head_due, self._check_head)
+            return
+        response.fail(HeadersTimeout(f"no answer within {self._pool.read_timeout:g}s"))
+        self._drop()
+
+    def _stop_watch(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
 
     def finished(self, response: OwnResponse) -> None:
         """The answer was released or closed: pooled if it ended cleanly, else closed."""
@@ -221,17 +243,13 @@ class _Connection(asyncio.Protocol):
         if response.reusable and not self.lost and not self._pool.closed:
             self.served += 1
             self._pool.put(self)
-            loop = self._pool.loop
-            self._idle_timer = loop.call_later(KEEPALIVE, self._drop)
         else:
             self._drop()
 
     def _drop(self) -> None:
         self.lost = True
         self._pool.forget(self)
-        if self._idle_timer is not None:
-            self._idle_timer.cancel()
-            self._idle_timer = None
+        self._stop_watch()
         if self.transport is not None:
             self.transport.close()
 
@@ -408,9 +426,11 @@ class OwnPool:
         self.loop = asyncio.get_running_loop()
         self._ssl = ssl_setting
         self._connect_timeout = connect_timeout
-        self._read_timeout = read_timeout
+        self.read_timeout = read_timeout
         self._idle: dict[_Origin, list[_Connection]] = {}
         self._live: set[_Connection] = set()
+        #: Drops connections idle for KEEPALIVE: one timer for the pool, while any idle.
+        self._sweeper: asyncio.TimerHandle | None = None
         self._origins: dict[str, tuple[_Origin, str]] = {}
         self.closed = False
         #: GETs sent, and connections made (what a test or a benchmark checks).
@@ -446,7 +466,7 @@ class OwnPool:
             lines.append(f"Host: {origin[3]}\r\n")
         if "accept" not in named:
             lines.append("Accept: */*\r\n")
-        lines.extend(f"{name}: {value}\r\n" for name, value in headers.items())
+        lines += [f"{name}: {value}\r\n" for name, value in headers.items()]
         lines.append("\r\n")
         request = "".join(lines).encode("utf-8")
         for attempt in (0, 1):
@@ -455,18 +475,10 @@ class OwnPool:
             if conn is None:
                 conn = await self._connect(origin)
             response = OwnResponse(conn)
-            conn.send(request, response)
+            conn.send(request, response, self.read_timeout)
             self.sent += 1
             try:
-                if self._read_timeout:
-                    async with asyncio.timeout(self._read_timeout):
-                        await response.wait_head()
-                else:
-                    await response.wait_head()
-            except TimeoutError:
-                response.set_exception(HeadersTimeout("no answer"))
-                response.close()
-                raise HeadersTimeout(f"no answer within {self._read_timeout:g}s") from None
+                await response.wait_head()
             except OwnHTTPError:
                 response.close()
                 if reused and not response.head_done and conn.lost:
@@ -486,6 +498,17 @@ class OwnPool:
             if not conn.lost and transport is not None and not transport.is_closing():
                 return conn
         return None
+
+    def _sweep(self) -> None:
+        """Close the connections idle for KEEPALIVE or longer (a server's own idle
+        timeout is often a little longer: a request is not sent on one it is closing)."""
+        self._sweeper = None
+        stale = self.loop.time() - KEEPALIVE
+        for idle in list(self._idle.values()):
+            for conn in [conn for conn in idle if conn.idle_since <= stale]:
+                conn._drop()
+        if any(self._idle.values()):
+            self._sweeper = self.loop.call_later(KEEPALIVE / 2, self._sweep)
 
     async def _connect(self, origin: _Origin) -> _Connection:
         scheme, host, port, _ = origin
@@ -522,7 +545,10 @@ class OwnPool:
         if len(idle) >= _IDLE_PER_ORIGIN:
             conn._drop()
             return
+        conn.idle_since = self.loop.time()
         idle.append(conn)
+        if self._sweeper is None:
+            self._sweeper = self.loop.call_later(KEEPALIVE / 2, self._sweep)
 
     def forget(self, conn: _Connection) -> None:
         self._live.discard(conn)
@@ -533,6 +559,9 @@ class OwnPool:
     def close(self) -> None:
         """Close every connection, idle or in use."""
         self.closed = True
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
         for conn in list(self._live):
             conn._drop()
         self._idle.clear()
