@@ -9,6 +9,7 @@ Each server here is a real one on loopback, answering with the bytes a test give
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -23,6 +24,7 @@ from asyncdl.errors import RetryableError
 from asyncdl.testing.tcp_proxy import TcpProxy
 
 from ..conftest import payload
+from .test_url_session import certificate
 
 #: What a server does with one request on a connection: the bytes it writes back, then
 #: whether it closes the connection.
@@ -32,8 +34,9 @@ Answer = Callable[[int], tuple[bytes, bool]]
 class _Server:
     """A loopback server that reads request heads and writes the answers it is given."""
 
-    def __init__(self, answer: Answer) -> None:
+    def __init__(self, answer: Answer, tls: ssl.SSLContext | None = None) -> None:
         self.answer = answer
+        self.tls = tls
         self.connections = 0
         self.requests: list[bytes] = []
         self._server: asyncio.Server | None = None
@@ -50,7 +53,7 @@ class _Server:
             while True:
                 try:
                     head = await reader.readuntil(b"\r\n\r\n")
-                except (asyncio.IncompleteReadError, ConnectionError):
+                except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
                     return
                 self.requests.append(head)
                 data, close = self.answer(len(self.requests))
@@ -65,10 +68,10 @@ class _Server:
     def url(self) -> str:
         assert self._server is not None
         port = self._server.sockets[0].getsockname()[1]
-        return f"http://127.0.0.1:{port}/obj"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{port}/obj"
 
     async def __aenter__(self) -> _Server:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=self.tls)
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -87,8 +90,8 @@ def _ok(body: bytes, **headers: str) -> bytes:
 
 
 @asynccontextmanager
-async def _pool(read_timeout: float = 5.0) -> AsyncIterator[OwnPool]:
-    pool = OwnPool(True, 5.0, read_timeout)
+async def _pool(read_timeout: float = 5.0, tls: Any = True) -> AsyncIterator[OwnPool]:
+    pool = OwnPool(tls, 5.0, read_timeout)
     try:
         yield pool
     finally:
@@ -288,3 +291,19 @@ async def test_an_idle_connection_is_closed_after_the_keepalive(
         await asyncio.sleep(0.5)
         assert not any(pool._idle.values())
         assert not pool._live
+
+
+async def test_https_through_the_loop_with_the_sessions_tls_context(tmp_path: Path) -> None:
+    bundle, server_tls = certificate(tmp_path, "origin")
+    trusting = ssl.create_default_context(cafile=str(bundle))
+    async with _Server(lambda n: (_ok(b"secret"), False), tls=server_tls) as server:
+        async with _pool(tls=trusting) as pool:
+            for _ in range(2):
+                response = await pool.get(server.url, {})
+                assert await _body(response) == b"secret"
+                response.release()
+        assert server.connections == 1
+        # The default context does not trust the server's certificate: refused.
+        async with _pool(tls=True) as pool:
+            with pytest.raises(ssl.SSLCertVerificationError):
+                await pool.get(server.url, {})
