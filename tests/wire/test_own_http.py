@@ -307,3 +307,20 @@ async def test_https_through_the_loop_with_the_sessions_tls_context(tmp_path: Pa
         async with _pool(tls=True) as pool:
             with pytest.raises(ssl.SSLCertVerificationError):
                 await pool.get(server.url, {})
+
+
+async def test_a_connection_paused_for_a_slow_reader_reads_again_once_pooled() -> None:
+    # The whole body arrives while the reader holds back: the socket is paused for it,
+    # the answer ends, the reader takes only its first piece (it needed no more), and
+    # the connection must read its next answer.
+    body = payload(256 * 1024)
+    async with _Server(lambda n: (_ok(body), False)) as server, _pool(read_timeout=2) as pool:
+        for _ in range(2):
+            response = await pool.get(server.url, {})
+            response.hold_at_most(1024)
+            await asyncio.sleep(0.1)  # all of it arrives; reading pauses past 1 KiB
+            assert response.is_eof()
+            first, _ = await response.readchunk()
+            assert body.startswith(first)
+            response.release()
+    assert server.connections == 1

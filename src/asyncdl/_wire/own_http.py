@@ -242,6 +242,9 @@ class _Connection(asyncio.Protocol):
         self.response = None
         if response.reusable and not self.lost and not self._pool.closed:
             self.served += 1
+            # Paused for a reader that left the rest of the body unread (it had all it
+            # needed): the next answer must be read.
+            self.reading_wanted()
             self._pool.put(self)
         else:
             self._drop()
