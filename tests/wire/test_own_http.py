@@ -9,6 +9,7 @@ Each server here is a real one on loopback, answering with the bytes a test give
 from __future__ import annotations
 
 import asyncio
+import os
 import ssl
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -39,6 +40,8 @@ class _Server:
         self.tls = tls
         self.connections = 0
         self.requests: list[bytes] = []
+        #: Set once a request came.
+        self.asked = asyncio.Event()
         self._server: asyncio.Server | None = None
         self._writers: list[asyncio.StreamWriter] = []
         self._tasks: list[asyncio.Task[Any]] = []
@@ -56,6 +59,7 @@ class _Server:
                 except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
                     return
                 self.requests.append(head)
+                self.asked.set()
                 data, close = self.answer(len(self.requests))
                 writer.write(data)
                 await writer.drain()
@@ -324,3 +328,23 @@ async def test_a_connection_paused_for_a_slow_reader_reads_again_once_pooled() -
             assert body.startswith(first)
             response.release()
     assert server.connections == 1
+
+
+@pytest.mark.usefixtures("own_client_on")
+async def test_a_download_cancelled_while_waiting_for_its_answer_leaves_no_connection(
+    tmp_path: Path,
+) -> None:
+    async with _Server(lambda n: (b"", False)) as server:
+        endpoint = server.url.removesuffix("/obj")
+        async with asyncdl.Engine(endpoint_url=endpoint, region="us-east-1") as engine:
+            task = asyncio.ensure_future(engine.download("bucket", "key", str(tmp_path / "f")))
+            await server.asked.wait()
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            pool = getattr(engine.client._endpoint.http_session, "_asyncdl_own_pool", None)
+            assert isinstance(pool, OwnPool)
+            assert pool.sent == 1
+            assert not pool._live  # closed, not pooled
+            assert not any(pool._idle.values())
+    assert os.listdir(tmp_path) == []
