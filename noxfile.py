@@ -108,6 +108,21 @@ def tests_uvloop(session: nox.Session) -> None:
     )
 
 
+#: What ``tests_own_http`` runs: the groups whose S3 GETs go through the lean path.
+OWN_HTTP_TESTS = ["tests/wire", "tests/transfer", "tests/reads"]
+
+
+@nox.session
+def tests_own_http(session: nox.Session) -> None:
+    """The wire, transfer and reads tests with the lean path's GETs on the engine's own
+    HTTP client (``asyncdl._wire.own_http``, off by default: ``ASYNCDL_TEST_OWN_HTTP=1``
+    turns it on for the tests); ``ASYNCDL_TEST_LOOP=uvloop`` in the environment runs
+    them on uvloop (install the ``uvloop`` extra)."""
+    session.install("-e", ".[tests,uvloop]")
+    env = {"ASYNCDL_TEST_OWN_HTTP": "1"}
+    run_suite(session, *(session.posargs or OWN_HTTP_TESTS), env=env)
+
+
 #: What ``tests_pure_parser`` runs: the tests of URLs and of hostile servers, whose
 #: answers aiohttp's two parsers read differently (a broken framing, an echoed request).
 PURE_PARSER_TESTS = [
