@@ -37,6 +37,9 @@ KEEPALIVE = 12.0
 #: Bytes of body held ahead of the reader before the socket is no longer read, until a
 #: reader sets its own (see :meth:`OwnResponse.hold_at_most`).
 _HIGH_WATER = 256 * 1024
+#: Bytes an answer's status line and headers may take (aiohttp refuses a field over
+#: 8190): a server that streams headers without end is refused, not held.
+MAX_HEAD = 64 * 1024
 #: Idle connections kept per origin at most.
 _IDLE_PER_ORIGIN = 100
 
@@ -122,6 +125,8 @@ class _Connection(asyncio.Protocol):
         self._names: list[tuple[str, str]] = []
         #: The head parsed was an interim (1xx) one: the next message is the answer.
         self._interim = False
+        #: Bytes received of the answer while its head is not yet whole.
+        self._head_bytes = 0
 
     # --- asyncio.Protocol -------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -142,6 +147,12 @@ class _Connection(asyncio.Protocol):
             # echoes the request would fill a quote with its signed headers).
             response.fail(_broken(response, f"bad framing ({_reason(exc)})"))
             self._drop()
+            return
+        if not response.head_done:
+            self._head_bytes += len(data)
+            if self._head_bytes > MAX_HEAD:
+                response.fail(OwnHTTPError(f"an answer's head over {MAX_HEAD} bytes"))
+                self._drop()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
@@ -212,6 +223,7 @@ class _Connection(asyncio.Protocol):
         self.response = response
         self._names = []
         self._interim = False
+        self._head_bytes = 0
         if read_timeout:
             self._head_due = self._pool.loop.time() + read_timeout
             if self._head_timer is None:
