@@ -120,7 +120,10 @@ def tests_own_http(session: nox.Session) -> None:
     them on uvloop (install the ``uvloop`` extra)."""
     session.install("-e", ".[tests,uvloop]")
     env = {"ASYNCDL_TEST_OWN_HTTP": "1"}
-    run_suite(session, *(session.posargs or OWN_HTTP_TESTS), env=env)
+    # On uvloop, as tests_uvloop: less the tests of asyncio's own internals.
+    uvloop = os.environ.get("ASYNCDL_TEST_LOOP") == "uvloop"
+    marks = "not asyncio_internals" if uvloop else ""
+    run_suite(session, *(session.posargs or OWN_HTTP_TESTS), marks=marks, env=env)
 
 
 #: What ``tests_pure_parser`` runs: the tests of URLs and of hostile servers, whose
