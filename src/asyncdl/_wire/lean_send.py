@@ -7,6 +7,9 @@ new multidict, parses the URL, and wraps the answer in a botocore response whose
 header dict is filled one ``__setitem__`` at a time: per request, for what is the
 same for every request of a template. Here the proxy is looked up once per template
 and the answer's headers are aiohttp's own (case-insensitive) mapping.
+
+An S3 GET with no proxy goes through the engine's own HTTP client instead
+(:mod:`asyncdl._wire.own_http`) when its internal switch is on (it is off by default).
 """
 
 from __future__ import annotations
@@ -152,10 +155,10 @@ async def _send_own(
         raise ConnectionClosedError(error=exc, request=None, endpoint_url=url_shown) from exc
     except ssl.SSLError as exc:
         raise SSLError(endpoint_url=url_shown, error=exc) from exc
+    except TimeoutError as exc:  # before OSError, of which it is one
+        raise ReadTimeoutError(endpoint_url=url_shown, error=exc) from exc
     except OSError as exc:  # refused, reset, no such host, the pool closed
         raise EndpointConnectionError(endpoint_url=url_shown, error=exc) from exc
-    except TimeoutError as exc:
-        raise ReadTimeoutError(endpoint_url=url_shown, error=exc) from exc
     except Exception as exc:
         raise HTTPClientError(error=exc) from exc
 
