@@ -1,22 +1,23 @@
 """A GET of the lean path on an HTTP/1.1 client of the engine's own: keep-alive
-connections per (scheme, host, port) on the loop's transports, TLS through the loop,
-answers parsed by ``httptools`` (llhttp, in C). A prototype, off unless :data:`ENABLED`
-is set (an internal switch, for measurement: no public setting turns it on).
+connections per (scheme, host, port) on the loop's transports, TLS through the loop
+(the aiohttp session's own TLS context), answers parsed by ``httptools`` (llhttp, in
+C). A prototype, off unless :data:`ENABLED` is set (an internal switch, for
+measurement: no public setting turns it on).
 
-aiohttp spends, per request, a request object, header multidicts, a response
-wrapper and a stream reader, and each answer passes through its own parser; for a
-tiny object that is about as much CPU as the rest of the engine's work on it. Here
-a request is one ``bytes`` written to a pooled transport, and its answer one object
-that is at once the response (``status``, ``headers``, ``release``/``close``) and
-its body (``readchunk``, ``read``): the pieces llhttp cuts out of what the socket
-delivered, handed on as they are.
+aiohttp spends, per request, a request object, header multidicts, a response wrapper
+and a stream reader. Here a request is one ``bytes`` written to a pooled transport,
+and its answer one object that is at once the response (``status``, ``headers``,
+``release``/``close``) and its body (``readchunk``, ``read``): the pieces llhttp cuts
+out of what the socket delivered, handed on as they are.
 
-It serves only what aiohttp would do no more for: a GET with no proxy, to an http or
-https URL (:func:`lean_send.send` decides). A connection goes back to the pool only
-when its answer ended where its framing says (Content-Length reached, or the last
-chunk), the server did not ask to close, and nothing came after it; any other is
-closed. A reused connection that the server had closed before it answered (an idle
-keep-alive it dropped) is retried once on a new one: the request is a GET.
+It serves only the S3 lean path's GETs with no proxy, to an http or https URL
+(:func:`lean_send.send` decides): HEADs, proxies and URL downloads (which follow
+redirects) stay on aiohttp. A connection goes back to the pool only when its answer
+ended where its framing says (Content-Length reached, or the last chunk), the server
+did not ask to close, and nothing came after it; any other is closed. A reused
+connection that the server had closed before it answered (an idle keep-alive it
+dropped) is retried once on a new one: the request is a GET. An interim (1xx) answer
+is passed over; a head over :data:`MAX_HEAD` bytes is refused.
 """
 
 from __future__ import annotations
