@@ -30,8 +30,10 @@ thread (``sync_reader``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import OrderedDict
 from collections.abc import Generator, Iterable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Self, SupportsIndex, get_args
 
 from .._transfer.context import Context
@@ -62,6 +64,9 @@ DEFAULT_CACHE_BLOCKS = 16
 #: A read across more blocks than this, none of them cached, is copied once from the
 #: GETs' bytes and kept in the cache by its last block only (see ``_read_blocks``).
 LONG_READ_BLOCKS = 2
+#: The most a long sequential read fetches ahead of itself, in chunks (memory: this
+#: many chunks per reader, while a scan goes on).
+PREFETCH_CHUNKS = 8
 #: Which block the opening GET brings: the first, or the last (a suffix range).
 FirstBlock = Literal["start", "end"]
 
@@ -153,6 +158,8 @@ class RandomAccessReader:
         self._last_end = -1
         #: Blocks a sequential read fetches ahead: doubles while reads stay sequential.
         self._ahead = 1
+        #: The bytes after a long sequential read, on their way for the next one.
+        self._pending: _Pending | None = None
         self._lock = asyncio.Lock()
         self._opened = self._closed = False
 
@@ -184,9 +191,17 @@ class RandomAccessReader:
         """Drop the cache; later reads raise ``ValueError``. Idempotent. A read in
         flight ends first (it would fill the cache again)."""
         self._closed = True
+        self.cancel_ahead()
         async with self._lock:
             self._cache.clear()
             self._first = (0, b"")
+
+    def cancel_ahead(self) -> None:
+        """Cancel the GET of bytes fetched ahead of a read, if any (on the loop); the
+        cache stays. For a caller that drops the reader without closing it."""
+        if self._pending is not None:
+            self._pending.task.cancel()
+            self._pending = None
 
     @property
     def closed(self) -> bool:
@@ -416,23 +431,13 @@ class RandomAccessReader:
             last = min(needed[-1] + self._ahead, (size - 1) // block)
             wanted += [i for i in range(after, last + 1) if i not in self._cache]
             self._ahead = min(self._ahead * 2, max(self._most // 2, 1))
+        long = len(needed) > LONG_READ_BLOCKS and not any(i in self._cache for i in needed)
+        if long:
+            return await self._read_long(start, end, needed)
         got: dict[int, bytes] = {}
         if wanted:
             asked = [(i * block, min((i + 1) * block, size)) for i in wanted]
-            chunk = self._ctx.config.chunk_size
-            spans = coalesce(asked, max_gap=0, max_request=chunk)
-            sink = await fetch_spans(
-                self._ctx, self._obj, asked, spans, chunk, size=size, etag=self.etag
-            )
-            if len(needed) > LONG_READ_BLOCKS and not any(i in self._cache for i in needed):
-                # A long read none of whose blocks is cached (pyarrow reads tens of MiB
-                # at a time): its bytes copied once from what the GETs brought, not cut
-                # into blocks and joined again. Only its last block is kept, with those
-                # read ahead: what a sequential read takes next.
-                data = sink.cut(start, end)
-                for i in [needed[-1], *(i for i in wanted if i > needed[-1])]:
-                    self._keep(i, sink.cut(i * block, min((i + 1) * block, size)))
-                return data
+            sink = await self._fetch(asked)
             got = {i: sink.cut(s, e) for i, (s, e) in zip(wanted, asked, strict=True)}
         # Taken before any is kept: keeping may evict a block this read still needs.
         blocks = {i: got[i] if i in got else self._cache[i] for i in needed}
@@ -441,11 +446,67 @@ class RandomAccessReader:
             self._keep(i, kept)  # the blocks read ahead last: the most recent
         return data
 
+    async def _fetch(self, asked: list[tuple[int, int]]) -> SpanSink:
+        """The ranges ``asked`` (sorted), adjacent ones in one span, pinned."""
+        chunk = self._ctx.config.chunk_size
+        spans = coalesce(asked, max_gap=0, max_request=chunk)
+        return await fetch_spans(
+            self._ctx, self._obj, asked, spans, chunk, size=self.size, etag=self.etag
+        )
+
+    async def _read_long(self, start: int, end: int, needed: range) -> bytes:
+        """A long read none of whose blocks is cached (pyarrow reads tens of MiB at a
+        time): its bytes copied once from what the GETs brought, not cut into blocks
+        and joined again; only its last block is kept. Where it follows the last read,
+        as much again after it is fetched meanwhile, so the next read finds its bytes
+        on the way (one read ahead, no more: ``PREFETCH_CHUNKS`` chunks at most)."""
+        size, block = self.size, self._block
+        assert size is not None
+        pending, self._pending = self._pending, None
+        sink: SpanSink | None = None
+        if pending is not None and pending.start == start and end <= pending.end:
+            ahead = pending
+        else:
+            ahead = None
+            if pending is not None:
+                pending.task.cancel()
+        if start == self._last_end and end < size:
+            most = PREFETCH_CHUNKS * self._ctx.config.chunk_size
+            after = min(end + min(end - start, most), size)
+            self._pending = _Pending(end, after, asyncio.create_task(self._fetch([(end, after)])))
+            self._pending.task.add_done_callback(_retrieved)
+        if ahead is not None:
+            with contextlib.suppress(Exception):  # fetched again below: a failure shows there
+                sink = await ahead.task
+        last = (needed[-1] * block, min((needed[-1] + 1) * block, size))
+        if sink is None:
+            # To the end of its last block: kept, it serves a short read that follows.
+            sink = await self._fetch([(start, max(end, last[1]))])
+        data = sink.cut(start, end)
+        if sink.holds(*last):
+            self._keep(needed[-1], sink.cut(*last))
+        return data
+
     def _keep(self, index: int, data: bytes) -> None:
         self._cache[index] = data
         self._cache.move_to_end(index)
         while len(self._cache) > self._most:
             self._cache.popitem(last=False)
+
+
+@dataclass(slots=True)
+class _Pending:
+    """Bytes ``[start, end)`` fetched ahead of the read that will want them."""
+
+    start: int
+    end: int
+    task: asyncio.Task[SpanSink]
+
+
+def _retrieved(task: asyncio.Task[SpanSink]) -> None:
+    """Fetched ahead for nobody (the reader moved or closed): its failure is no one's."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _cut(blocks: Mapping[int, bytes], needed: range, start: int, end: int, block: int) -> bytes:

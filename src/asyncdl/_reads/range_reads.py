@@ -91,6 +91,11 @@ class SpanSink:
                     (low, chunk if whole else memoryview(chunk)[low - offset : high - offset])
                 )
 
+    def holds(self, start: int, end: int) -> bool:
+        """Whether one span holds all of ``[start, end)``."""
+        index = bisect.bisect_right(self._starts, start) - 1
+        return index >= 0 and end <= self.spans[index].end
+
     def cut(self, start: int, end: int) -> bytes:
         """Bytes ``[start, end)``, which one span holds, copied once from its pieces."""
         if start == end:

@@ -127,7 +127,10 @@ class AsyncdlFile(AbstractBufferedFile):  # type: ignore[misc]  # fsspec is unty
         """Close the file. The reader holds no connection nor slot between reads: it
         is dropped, its cached blocks with it."""
         super().close()
-        self._reader = None
+        reader, self._reader = self._reader, None
+        if reader is not None and not self.fs.loop.is_closed():
+            # The bytes a long read fetched ahead are no one's now.
+            self.fs.loop.call_soon_threadsafe(reader.cancel_ahead)
 
 
 def _reopen(
