@@ -1,6 +1,6 @@
 """The benchmark's recv-into floor (``parallel-ranges-recv-into`` in benchmarks/peers.py)
-against moto's real server: the bytes it writes, its keep-alive connections, and the
-errors it reports."""
+against moto's real server: the bytes it writes, the ranges it asks for and their pin, and
+the errors it reports."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 import peers  # found through the path above
+from asyncdl.testing.tcp_proxy import TcpProxy
 from tests.conftest import payload
 
 _LOOPS = [
@@ -39,6 +40,21 @@ def test_the_recv_into_floor_writes_every_byte_of_large_and_small_objects(
     assert errors == []
     for index, size in enumerate(sizes):
         assert (tmp_path / peers.file_name(index)).read_bytes() == payload(size, index)
+
+
+def test_the_recv_into_floor_asks_for_each_part_once_pinned_to_the_first_ones_etag(
+    s3: Any, proxy: TcpProxy, bucket: str, tmp_path: Path
+) -> None:
+    size = 3 * 8 * MiB + 1
+    s3.put_object(Bucket=bucket, Key=peers.key_name(0), Body=payload(size))
+    etag = s3.head_object(Bucket=bucket, Key=peers.key_name(0))["ETag"]
+    assert _download(proxy.url, bucket, tmp_path, objects=1, loop="asyncio") == []
+    assert (tmp_path / peers.file_name(0)).read_bytes() == payload(size)
+    got = [(r.range, r.headers.get("if-match")) for r in proxy.requests]
+    assert got[0] == (f"bytes=0-{8 * MiB - 1}", None)
+    starts = range(8 * MiB, size, 8 * MiB)
+    expected = [(f"bytes={start}-{min(start + 8 * MiB, size) - 1}", etag) for start in starts]
+    assert sorted(got[1:]) == sorted(expected)
 
 
 @pytest.mark.parametrize("loop", _LOOPS)
