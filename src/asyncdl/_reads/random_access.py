@@ -9,13 +9,17 @@ Reads go through a small LRU cache of ``block_size`` blocks; the blocks a read
 lacks are fetched together (adjacent ones in one GET, ``range_reads``), and a read
 that starts where the last one ended fetches as many blocks again ahead of it. A long
 read none of whose blocks is cached is copied once from what its GETs brought and
-leaves only its last block (and those read ahead) in the cache: a reader of tens of
-MiB at a time (pyarrow) pays one copy of its bytes, not three.
+leaves only its last block in the cache: a reader of tens of MiB at a time (pyarrow)
+pays one copy of its bytes, not three. A long read that starts where the last one
+ended also sends the GETs of as many bytes again after it (``PREFETCH_CHUNKS`` chunks
+at most), which the next read takes if it starts there: a scan's next bytes are on
+their way while the caller works on the last ones.
 ``read_ranges`` reads many ranges at once, as ``Engine.read_ranges`` does, from the
 cache where it holds a range whole; what it fetches is not kept (its ranges are not
 blocks). Each GET takes a slot of the engine's budget only while it is in flight:
-between reads the reader holds cached bytes and nothing else, so a reader dropped
-unclosed leaks no slot, no connection.
+between reads the reader holds cached bytes and, after a long sequential read, the
+GETs of the bytes after it until they end, so a reader dropped unclosed leaks no
+slot, no connection (closing it cancels those GETs).
 
 A server that sends no strong ETag (none, or a weak one) cannot have later reads
 pinned: opening such an object larger than one block fails rather than risk a
@@ -93,8 +97,9 @@ class RandomAccessReader:
 
     ``await engine.open_reader(...)`` opens it too (one GET, of the first block); ``size``
     and ``etag`` are known once it is open. Every GET is pinned to ``etag``: an
-    object replaced meanwhile raises :class:`~asyncdl.ObjectChangedError`. It holds
-    no slot of the engine's budget between reads; :meth:`aclose` drops the cache.
+    object replaced meanwhile raises :class:`~asyncdl.ObjectChangedError`. Between
+    reads it holds no slot of the engine's budget but those of bytes fetched ahead of
+    a long sequential read; :meth:`aclose` cancels those and drops the cache.
     """
 
     def __init__(
