@@ -72,7 +72,7 @@ async def test_readinto_and_the_cache_is_bounded(
         f.seek(4 * BLOCK + 1)
         assert await f.readinto(buffer) == 3 * BLOCK  # more blocks than the cache holds
         assert bytes(buffer) == data[4 * BLOCK + 1 : 7 * BLOCK + 1]
-        assert len(f._cache) == 2
+        assert len(f._blocks.cache) == 2
         assert await f.read_at(1, 3) == data[1:4]
         assert f.tell() == 7 * BLOCK + 1
 
@@ -99,7 +99,7 @@ async def test_long_reads_are_whole_and_keep_their_last_block(
     async with engine.open_reader(bucket, "k", block_size=BLOCK, cache_blocks=8) as f:
         f.seek(3 * BLOCK + 5)
         assert await f.read(6 * BLOCK) == data[3 * BLOCK + 5 : 9 * BLOCK + 5]
-        assert sorted(f._cache) == [0, 9]
+        assert sorted(f._blocks.cache) == [0, 9]
         asked = len(gets(proxy))
         assert await f.read(BLOCK - 5) == data[9 * BLOCK + 5 : 10 * BLOCK]
         # Sequential: the read-ahead of the next block goes out, nothing of this one.
@@ -152,8 +152,8 @@ async def test_a_long_sequential_scan_fetches_the_next_read_meanwhile(
         f.seek(0)
         assert await f.read(3 * BLOCK) == data[: 3 * BLOCK]
         assert await f.read(3 * BLOCK) == data[3 * BLOCK : 6 * BLOCK]
-        assert f._pending is not None
-        await f._pending.task
+        assert f._blocks.pending is not None
+        await f._blocks.pending.task
         s3.put_object(Bucket=bucket, Key="k", Body=payload(64 * BLOCK + 100, seed=5))
         assert await f.read(3 * BLOCK) == data[6 * BLOCK : 9 * BLOCK]
         with pytest.raises(asyncdl.ObjectChangedError):
@@ -167,8 +167,8 @@ async def test_a_long_sequential_scan_fetches_the_next_read_meanwhile(
     async with engine.open_reader(bucket, "k", block_size=BLOCK, cache_blocks=2) as f:
         await f.read(3 * BLOCK)
         await f.read(3 * BLOCK)
-        assert f._pending is not None
-        ahead = f._pending.task
+        assert f._blocks.pending is not None
+        ahead = f._blocks.pending.task
     await asyncio.wait([ahead], timeout=2)  # a GET delayed 5 s: done only if cancelled
     assert ahead.cancelled()
 
