@@ -6,30 +6,33 @@ fetched together (adjacent ones in one GET, ``range_reads``), pinned to the obje
 ETag, and a read that starts where the last one ended fetches as many blocks again
 ahead of it (doubling, up to half the cache), so a scan of small reads is few GETs.
 
-A long read (more than ``LONG_READ_BLOCKS`` blocks, none cached: pyarrow reads tens
-of MiB at a time) is copied once from what its GETs brought, not cut into blocks and
-joined again, and leaves only its last block in the cache. When it starts where the
-last read ended, the GETs of as many bytes again after it go out meanwhile (at most
-``PREFETCH_CHUNKS`` chunks, one such fetch at a time), and the next read takes them
-if it starts there: a scan's next bytes are on their way while the caller works on
-the last ones. A fetch ahead that fails is forgotten (the read that wanted its bytes
-asks again, and meets the failure itself); one nobody takes is cancelled.
+A long read (more than ``LONG_READ_BLOCKS`` blocks, none cached but perhaps its first,
+which the read before may have kept: pyarrow reads tens of MiB at a time, from
+wherever the last read ended) is copied once from what its GETs brought, not cut into
+blocks and joined again, and leaves only its last block in the cache. When it starts
+where the last read ended, the GETs of as many bytes again after it go out meanwhile
+(at most ``PREFETCH_CHUNKS`` chunks, one such fetch at a time), and the next read takes
+them if it starts there (a longer read takes them and asks only for the rest): a
+scan's next bytes are on their way while the caller works on the last ones. A fetch
+ahead that fails is forgotten (the read that wanted its bytes asks again, and meets
+the failure itself); one nobody takes is cancelled, and so is one in flight as the
+engine closes (``Context.track``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from .._transfer.context import Context
 from .._wire.s3_source import S3Object
 from .range_plan import coalesce
 from .range_reads import SpanSink, fetch_spans
 
-#: A read across more blocks than this, none of them cached, is a long read.
+#: A read across more blocks than this, none of them cached but its first, is a long read.
 LONG_READ_BLOCKS = 2
 #: The most a long sequential read fetches ahead of itself, in chunks (memory: this
 #: many chunks per reader, while a scan goes on).
@@ -89,7 +92,9 @@ class Blocks:
         assert size is not None
         needed = range(start // block, (end - 1) // block + 1)
         wanted = [i for i in needed if i not in self.cache]
-        if len(needed) > LONG_READ_BLOCKS and len(wanted) == len(needed):
+        # The first block may be cached: the one a long read before this one kept,
+        # when this one starts where it ended, off a block's start.
+        if len(needed) > LONG_READ_BLOCKS and not any(i in self.cache for i in needed[1:]):
             return await self._read_long(start, end, needed, sequential=sequential)
         after = needed[-1] + 1
         if not sequential:
@@ -124,29 +129,57 @@ class Blocks:
         """A long read: see the module's docstring."""
         size, block = self.size, self._block
         assert size is not None
+        last = (needed[-1] * block, min((needed[-1] + 1) * block, size))
         pending, self.pending = self.pending, None
-        ahead = None
-        if pending is not None and pending.start == start and end <= pending.end:
-            ahead = pending
-        elif pending is not None:
+        ahead = pending if pending is not None and pending.start == start else None
+        if pending is not None and ahead is None:
             pending.task.cancel()
+        # What the bytes fetched ahead lack, asked for at once: to the end of the last
+        # block (kept, it serves a short read that follows).
+        split = start if ahead is None else min(ahead.end, end)
+        rest_task = None
+        if split < end:
+            rest_task = self._background(self._fetch([(split, max(end, last[1]))]))
+        # Sent after this read's own GET, which is wanted first.
         if sequential and end < size:
             most = PREFETCH_CHUNKS * self._ctx.config.chunk_size
             after = min(end + min(end - start, most), size)
-            self.pending = Pending(end, after, asyncio.create_task(self._fetch([(end, after)])))
-            self.pending.task.add_done_callback(_retrieved)
-        sink: SpanSink | None = None
-        if ahead is not None:
-            with contextlib.suppress(Exception):  # fetched again below: a failure shows there
-                sink = await ahead.task
-        last = (needed[-1] * block, min((needed[-1] + 1) * block, size))
-        if sink is None:
-            # To the end of its last block: kept, it serves a short read that follows.
-            sink = await self._fetch([(start, max(end, last[1]))])
-        data = sink.cut(start, end)
-        if sink.holds(*last):
-            self.keep(needed[-1], sink.cut(*last))
+            self.pending = Pending(end, after, self._background(self._fetch([(end, after)])))
+        head: SpanSink | None = None
+        try:
+            if ahead is not None:
+                await asyncio.wait([ahead.task])
+                task = ahead.task
+                if not task.cancelled() and task.exception() is None:
+                    head = task.result()
+                else:  # fetched again: a failure shows here
+                    head = await self._fetch([(start, split)])
+            rest = None if rest_task is None else await rest_task
+        finally:
+            # This read cancelled: what it asked for is no one's.
+            for asked in (ahead.task if ahead is not None else None, rest_task):
+                if asked is not None and not asked.done():
+                    asked.cancel()
+        if head is None:
+            assert rest is not None
+            data = rest.cut(start, end)
+        elif rest is None:
+            data = head.cut(start, end)
+        else:
+            data = b"".join([*head.views(start, split), *rest.views(split, end)])
+        for sink in (rest, head):
+            if sink is not None and sink.holds(*last):
+                self.keep(needed[-1], sink.cut(*last))
+                break
         return data
+
+    def _background(self, fetch: Coroutine[Any, Any, SpanSink]) -> asyncio.Task[SpanSink]:
+        """``fetch`` as a task of its own, which the engine's closing cancels; its
+        failure is retrieved when no one awaits it."""
+        task = asyncio.create_task(fetch)
+        task.add_done_callback(_retrieved)
+        self._ctx.track(task)
+        return task
 
 
 def _retrieved(task: asyncio.Task[SpanSink]) -> None:
