@@ -141,3 +141,81 @@ async def test_a_reader_dropped_while_bytes_are_fetched_ahead_leaks_no_slot(
             assert await engine.read_ranges(bucket, "k", [(0, len(data))]) == [data]
             await settle(proxy)
             assert engine.stats().concurrency_limit == 2
+
+
+def loop_errors() -> list[dict[str, Any]]:
+    """What the running loop's exception handler is given from now on (an exception
+    never retrieved, a task destroyed pending), recorded instead of logged."""
+    found: list[dict[str, Any]] = []
+    asyncio.get_running_loop().set_exception_handler(lambda _, context: found.append(context))
+    return found
+
+
+async def test_a_read_cancelled_while_it_waits_for_the_bytes_fetched_ahead(
+    engine: asyncdl.Engine, s3: Any, bucket: str, proxy: TcpProxy
+) -> None:
+    """The read that takes the bytes fetched ahead, cancelled while their GET stalls:
+    that GET is cancelled with it, no slot is kept, nothing is left unretrieved, and
+    the reader reads on from where it was."""
+    errors = loop_errors()
+    data = payload(40 * BLOCK)
+    s3.put_object(Bucket=bucket, Key="k", Body=data)
+    ahead_range = f"bytes={6 * BLOCK}-{9 * BLOCK - 1}"
+    proxy.rule = lambda r: Fault(cut_after=10, stall=30) if r.range == ahead_range else None
+    async with engine.open_reader(bucket, "k", block_size=BLOCK, cache_blocks=2) as f:
+        assert await f.read(3 * BLOCK) == data[: 3 * BLOCK]
+        assert await f.read(3 * BLOCK) == data[3 * BLOCK : 6 * BLOCK]
+        assert f._pending is not None
+        ahead = f._pending.task
+        read = asyncio.create_task(f.read(3 * BLOCK))
+        await asyncio.sleep(0.3)
+        read.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await read
+        async with asyncio.timeout(5):
+            await asyncio.wait([ahead])
+        assert ahead.cancelled()
+        proxy.rule = None
+        async with asyncio.timeout(10):
+            assert f.tell() == 6 * BLOCK
+            assert await f.read(3 * BLOCK) == data[6 * BLOCK : 9 * BLOCK]
+            assert await engine.read_ranges(bucket, "k", [(0, len(data))]) == [data]
+    await settle(proxy)
+    gc.collect()
+    await asyncio.sleep(0.05)
+    assert errors == []
+    assert engine.stats().concurrency_limit == 4
+
+
+async def test_bytes_fetched_ahead_that_failed_are_asked_for_again(
+    engine: asyncdl.Engine, s3: Any, bucket: str, proxy: TcpProxy
+) -> None:
+    """The GET of the bytes fetched ahead refused (a 403) or answered with the wrong
+    bytes (a Content-Range of other bytes): the read that wanted them asks again, and
+    its bytes are right; its own failure shows when asking again fails too."""
+    errors = loop_errors()
+    data = payload(60 * BLOCK)
+    s3.put_object(Bucket=bucket, Key="k", Body=data)
+    faults = {
+        f"bytes={6 * BLOCK}-{9 * BLOCK - 1}": [Fault(status=403, error_code="AccessDenied")],
+        f"bytes={12 * BLOCK}-{15 * BLOCK - 1}": [
+            Fault(response_headers={"content-range": f"bytes 0-{3 * BLOCK - 1}/{len(data)}"})
+        ],
+        f"bytes={18 * BLOCK}-{21 * BLOCK - 1}": [Fault(status=403, error_code="AccessDenied")] * 2,
+    }
+
+    def rule(r: Any) -> Fault | None:
+        left = faults.get(r.range or "")
+        return left.pop() if left else None
+
+    proxy.rule = rule
+    async with engine.open_reader(bucket, "k", block_size=BLOCK, cache_blocks=2) as f:
+        for at in range(0, 18 * BLOCK, 3 * BLOCK):
+            assert await f.read(3 * BLOCK) == data[at : at + 3 * BLOCK]
+        with pytest.raises(asyncdl.DownloadError):
+            await f.read(3 * BLOCK)
+    assert not any(faults.values())
+    await settle(proxy)
+    gc.collect()
+    await asyncio.sleep(0.05)
+    assert errors == []
