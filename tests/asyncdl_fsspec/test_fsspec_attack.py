@@ -215,3 +215,32 @@ def test_get_follows_the_destination_link_the_user_named(
     lists = tmp_path / "lists"
     fs.get([f"{bucket}/t/a.bin", f"{bucket}/t/d/b.bin"], [str(lists / "1"), str(lists / "x/2")])
     assert files_under(lists) == {"1": b"t/a.bin", "x/2": b"t/d/b.bin"}
+
+
+@needs_root
+def test_get_refuses_a_link_put_on_the_way_after_the_look_before(
+    fs: AsyncdlFileSystem, s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path
+) -> None:
+    """Another user puts a link where a key's directory goes once the copy has begun
+    (after the look before anything was made): the directory is opened as the copy
+    reaches it, the link refused then, nothing written through it."""
+    keys = [f"t/a{i:02}.bin" for i in range(30)] + ["t/z/x.bin", "t/z/y.bin"]
+    for key in keys:
+        s3.put_object(Bucket=bucket, Key=key, Body=key.encode())
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    dest = tmp_path / "dest"
+    dest.mkdir()
+
+    def swap() -> None:
+        if not (dest / "z").is_symlink():
+            (dest / "z").symlink_to(elsewhere, target_is_directory=True)
+            os.chown(dest / "z", OTHER, OTHER, follow_symlinks=False)
+
+    proxy.rule = lambda r: (
+        Fault(before=swap) if r.method == "GET" and "list-type=" not in r.path else None
+    )
+    with pytest.raises(OSError, match="link"):
+        fs.get(f"{bucket}/t/", str(dest), recursive=True)
+    assert os.listdir(elsewhere) == []
+    assert (dest / "z").is_symlink()

@@ -219,3 +219,25 @@ async def test_bytes_fetched_ahead_that_failed_are_asked_for_again(
     gc.collect()
     await asyncio.sleep(0.05)
     assert errors == []
+
+
+async def test_a_long_scan_holds_its_last_block_and_what_is_fetched_ahead(
+    engine: asyncdl.Engine, s3: Any, bucket: str
+) -> None:
+    """Memory: between the long reads of a scan the reader holds its last block (of
+    each read, at most its cache) and the bytes fetched ahead, however long the
+    object; none of the bytes it gave."""
+    data = payload(64 * CHUNK)
+    s3.put_object(Bucket=bucket, Key="k", Body=data)
+    step = 4 * CHUNK + 100  # off the blocks' starts; fetched ahead whole (8 chunks)
+    async with engine.open_reader(bucket, "k", block_size=BLOCK, cache_blocks=2) as f:
+        at = 0
+        while piece := await f.read(step):
+            assert piece == data[at : at + len(piece)]
+            at += len(piece)
+            held = sum(len(kept) for kept in f._cache.values()) + len(f._first[1])
+            if f._pending is not None:
+                ahead = await f._pending.task
+                held += sum(len(view) for view in ahead.views(f._pending.start, f._pending.end))
+            assert held <= 3 * BLOCK + step, (held, at)
+    assert at == len(data)
