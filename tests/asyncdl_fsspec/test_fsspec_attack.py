@@ -151,8 +151,8 @@ def test_a_file_dropped_unclosed_cancels_what_it_fetched_ahead(
     assert f.read(200_000) == data[200_000:400_000]
     assert f.read(200_000) == data[400_000:600_000]
     assert f._reader is not None
-    assert f._reader._pending is not None
-    ahead = f._reader._pending.task
+    assert f._reader._blocks.pending is not None
+    ahead = f._reader._blocks.pending.task
     del f
     gc.collect()
     for _ in range(100):

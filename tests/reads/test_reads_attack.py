@@ -165,8 +165,8 @@ async def test_a_read_cancelled_while_it_waits_for_the_bytes_fetched_ahead(
     async with engine.open_reader(bucket, "k", block_size=BLOCK, cache_blocks=2) as f:
         assert await f.read(3 * BLOCK) == data[: 3 * BLOCK]
         assert await f.read(3 * BLOCK) == data[3 * BLOCK : 6 * BLOCK]
-        assert f._pending is not None
-        ahead = f._pending.task
+        assert f._blocks.pending is not None
+        ahead = f._blocks.pending.task
         read = asyncio.create_task(f.read(3 * BLOCK))
         await asyncio.sleep(0.3)
         read.cancel()
@@ -235,9 +235,10 @@ async def test_a_long_scan_holds_its_last_block_and_what_is_fetched_ahead(
         while piece := await f.read(step):
             assert piece == data[at : at + len(piece)]
             at += len(piece)
-            held = sum(len(kept) for kept in f._cache.values()) + len(f._first[1])
-            if f._pending is not None:
-                ahead = await f._pending.task
-                held += sum(len(view) for view in ahead.views(f._pending.start, f._pending.end))
+            held = sum(len(kept) for kept in f._blocks.cache.values()) + len(f._first[1])
+            pending = f._blocks.pending
+            if pending is not None:
+                ahead = await pending.task
+                held += sum(len(view) for view in ahead.views(pending.start, pending.end))
             assert held <= 3 * BLOCK + step, (held, at)
     assert at == len(data)
