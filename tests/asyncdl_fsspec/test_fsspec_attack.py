@@ -12,7 +12,6 @@ import random
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,23 +22,12 @@ from asyncdl.fsspec import AsyncdlFileSystem
 from asyncdl.testing.tcp_proxy import Fault, TcpProxy
 
 from ..conftest import payload
-
-CONFIG = {"chunk_size": 64 * 1024, "max_concurrency": 4, "backoff_base": 0.01}
-#: Another user, who may own a link in a shared destination (the tests run as root,
-#: which may give a link away).
-OTHER = 12345
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="gives links away: needs root")
+from .conftest import OTHER, files_under, needs_root
 
 
 @pytest.fixture
-def fs(proxy: TcpProxy) -> Iterator[AsyncdlFileSystem]:
-    made = AsyncdlFileSystem(endpoint_url=proxy.url, config=CONFIG, skip_instance_cache=True)
-    yield made
-    made.close()
-
-
-def files_under(root: Path) -> dict[str, bytes]:
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+def fs(small_fs: AsyncdlFileSystem) -> AsyncdlFileSystem:
+    return small_fs
 
 
 def object_gets(proxy: TcpProxy) -> list[str | None]:

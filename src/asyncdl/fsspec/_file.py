@@ -137,7 +137,7 @@ class AsyncdlFile(AbstractBufferedFile):  # type: ignore[misc]  # fsspec is unty
             # Nothing to pin a reopened file to: the object came whole in the opening
             # answer (one block at most, or the open failed), so its bytes go with it.
             whole = self._fetch_range(0, self.size)  # from the opening answer: no GET
-            return _reopen_whole, (self.fs, self.path, self._asked, whole, self.loc)
+            return _reopen, (self.fs, self.path, self._asked, whole, self.loc)
         return _reopen, (self.fs, self.path, self._asked, (self.size, self.etag), self.loc)
 
     def close(self) -> None:
@@ -155,10 +155,11 @@ def _reopen(
     fs: AbstractFileSystem,
     path: str,
     asked: tuple[object, str, dict[str, Any], FirstBlock | None],
-    version: tuple[int, str],
+    kept: tuple[int, str] | bytes,
     loc: int,
 ) -> AsyncdlFile:
-    """A pickled :class:`AsyncdlFile` opened again, pinned to its version."""
+    """A pickled :class:`AsyncdlFile` opened again: pinned to its size and ETag, or, of
+    an object with no ETag, on the bytes it read (``kept``)."""
     block_size, cache_type, cache_options, first_block = asked
     file = AsyncdlFile(
         fs,
@@ -167,29 +168,8 @@ def _reopen(
         cache_type=cache_type,
         cache_options=cache_options,
         first_block=first_block,
-        pinned=version,
-    )
-    file.seek(loc)
-    return file
-
-
-def _reopen_whole(
-    fs: AbstractFileSystem,
-    path: str,
-    asked: tuple[object, str, dict[str, Any], FirstBlock | None],
-    whole: bytes,
-    loc: int,
-) -> AsyncdlFile:
-    """A pickled :class:`AsyncdlFile` of an object with no ETag, on the bytes it read."""
-    block_size, cache_type, cache_options, first_block = asked
-    file = AsyncdlFile(
-        fs,
-        path,
-        block_size=block_size,
-        cache_type=cache_type,
-        cache_options=cache_options,
-        first_block=first_block,
-        whole=whole,
+        pinned=None if isinstance(kept, bytes) else kept,
+        whole=kept if isinstance(kept, bytes) else None,
     )
     file.seek(loc)
     return file
