@@ -12,6 +12,7 @@ from typing import Any
 
 import boto3
 import pytest
+from _pytest import nodes
 from aiobotocore.config import AioConfig
 from aiobotocore.session import get_session
 from botocore.config import Config
@@ -43,6 +44,29 @@ if os.environ.get("ASYNCDL_TEST_OWN_HTTP") == "1":
     from asyncdl._wire import own_http
 
     own_http.ENABLED = True
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under ``--dist loadgroup`` (the nox sessions), give each test marked
+    ``xdist_group(NAME)`` the node id ``...@NAME`` by which xdist keeps a group on one
+    worker. xdist does it itself by setting ``item._nodeid``, which pytest 9.2 no longer
+    reads (a node's id is ``item._id``): its groups were then split over the workers,
+    and a group's module fixtures (the Dask cluster, its 5,000 objects) made on each
+    (pytest-dev/pytest-xdist#1386; drop this once xdist sets the id pytest reads)."""
+    if not config.getoption("loadgroup", default=False):
+        return
+    for item in items:
+        names = sorted(
+            {
+                str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                for m in item.iter_markers("xdist_group")
+            }
+        )
+        suffix = "@" + "_".join(names)
+        if not names or item.nodeid.endswith(suffix):  # xdist's own renaming held
+            continue
+        item._id = nodes.coerce_node_id(item.nodeid + suffix)  # type: ignore[attr-defined]
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,7 @@ import os
 import pickle
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,19 +23,12 @@ from asyncdl.fsspec import AsyncdlFileSystem
 from asyncdl.testing.tcp_proxy import Fault, RequestRecord, TcpProxy
 
 from ..conftest import payload
-
-CONFIG = {"chunk_size": 64 * 1024, "max_concurrency": 4, "backoff_base": 0.01}
+from .conftest import CONFIG, OTHER, files_under, link, needs_root
 
 
 @pytest.fixture
-def fs(proxy: TcpProxy) -> Iterator[AsyncdlFileSystem]:
-    made = AsyncdlFileSystem(endpoint_url=proxy.url, config=CONFIG, skip_instance_cache=True)
-    yield made
-    made.close()
-
-
-def files_under(root: Path) -> dict[str, bytes]:
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+def fs(small_fs: AsyncdlFileSystem) -> AsyncdlFileSystem:
+    return small_fs
 
 
 # -- objects replaced behind the caches -------------------------------------------------
@@ -177,17 +170,6 @@ def test_get_files_named_one_by_one_may_not_land_on_one_target(
     with pytest.raises(ValueError, match="same"):
         fs.get([f"{bucket}/x/data", f"{bucket}/y/data"], str(tmp_path) + "/")
     assert files_under(tmp_path) == {}
-
-
-#: Another user, who may own a link in a shared destination (the tests run as root,
-#: which may give a link away).
-OTHER = 12345
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="gives links away: needs root")
-
-
-def link(at: Path, to: Path, *, owner: int) -> None:
-    at.symlink_to(to, target_is_directory=True)
-    os.chown(at, owner, owner, follow_symlinks=False)
 
 
 @needs_root

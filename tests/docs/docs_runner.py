@@ -66,7 +66,7 @@ _EXTRAS = re.compile(r"(?:\basyncdl|(?<![\w.])\.|\.whl)\[(?P<extras>[^\]]*)\]")
 #: A line that makes or enters a virtual environment.
 _VENV = re.compile(r"^\s*(?:python3? -m venv \S+|(?:\.|source) \S+/bin/activate)\s*(?:#.*)?$")
 _NOX = re.compile(
-    r"^\s*(?:python3 -m pip install --upgrade nox && )?"  # the Quick start's form
+    r"^\s*(?:python3 -m pip install --upgrade 'nox\[uv\]' && )?"  # the Quick start's form
     r"python3 -m nox -s (?P<sessions>[\w ]+?)(?:\s+--.*|\s*#.*)?$"
 )
 #: A command line that installs or runs nox in any other form than the two above: it

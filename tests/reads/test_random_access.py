@@ -72,7 +72,7 @@ async def test_readinto_and_the_cache_is_bounded(
         f.seek(4 * BLOCK + 1)
         assert await f.readinto(buffer) == 3 * BLOCK  # more blocks than the cache holds
         assert bytes(buffer) == data[4 * BLOCK + 1 : 7 * BLOCK + 1]
-        assert len(f._cache) == 2
+        assert len(f._blocks.cache) == 2
         assert await f.read_at(1, 3) == data[1:4]
         assert f.tell() == 7 * BLOCK + 1
 
@@ -86,7 +86,7 @@ async def test_long_reads_are_whole_and_keep_their_last_block(
     data = payload(40 * BLOCK + 9)
     s3.put_object(Bucket=bucket, Key="k", Body=data)
     # The first GET of each long read cut after 1000 bytes: its piece resumes there.
-    cut = {f"bytes={3 * BLOCK}-", f"bytes={20 * BLOCK}-"}
+    cut = {f"bytes={3 * BLOCK + 5}-", f"bytes={20 * BLOCK}-"}
 
     def cut_once(r: Any) -> Fault | None:
         for start in list(cut):
@@ -99,7 +99,7 @@ async def test_long_reads_are_whole_and_keep_their_last_block(
     async with engine.open_reader(bucket, "k", block_size=BLOCK, cache_blocks=8) as f:
         f.seek(3 * BLOCK + 5)
         assert await f.read(6 * BLOCK) == data[3 * BLOCK + 5 : 9 * BLOCK + 5]
-        assert sorted(f._cache) == [0, 9]
+        assert sorted(f._blocks.cache) == [0, 9]
         asked = len(gets(proxy))
         assert await f.read(BLOCK - 5) == data[9 * BLOCK + 5 : 10 * BLOCK]
         # Sequential: the read-ahead of the next block goes out, nothing of this one.
@@ -111,6 +111,66 @@ async def test_long_reads_are_whole_and_keep_their_last_block(
         assert await f.read_at(11 * BLOCK - 3, 4 * BLOCK) == data[11 * BLOCK - 3 : 15 * BLOCK - 3]
     assert not cut  # both were cut
     assert all(r.headers.get("if-match") for r in gets(proxy)[1:])
+
+
+async def test_a_long_sequential_scan_fetches_the_next_read_meanwhile(
+    engine: asyncdl.Engine, s3: Any, bucket: str, proxy: TcpProxy
+) -> None:
+    """Long reads one after the other (pyarrow's): each sends the GET of as much again
+    after it, pinned, which the next read takes instead of asking; a read elsewhere
+    drops it; closing cancels it."""
+    data = payload(64 * BLOCK + 100)
+    etag = s3.put_object(Bucket=bucket, Key="k", Body=data)["ETag"]
+    async with engine.open_reader(bucket, "k", block_size=BLOCK, cache_blocks=2) as f:
+        assert await f.read(5 * BLOCK) == data[: 5 * BLOCK]
+        start = len(gets(proxy))
+        # Sequential: the read asks its own bytes and the next 5 blocks'.
+        assert await f.read(5 * BLOCK) == data[5 * BLOCK : 10 * BLOCK]
+        for _ in range(50):
+            if len(gets(proxy)) - start == 2:
+                break
+            await asyncio.sleep(0.01)
+        assert [r.range for r in gets(proxy)[start:]] == [
+            f"bytes={5 * BLOCK}-{10 * BLOCK - 1}",
+            f"bytes={10 * BLOCK}-{15 * BLOCK - 1}",
+        ]
+        # The next read takes those, and sends the one after.
+        assert await f.read(5 * BLOCK) == data[10 * BLOCK : 15 * BLOCK]
+        assert await f.read(5 * BLOCK) == data[15 * BLOCK : 20 * BLOCK]
+        ranges = [r.range for r in gets(proxy)[start:]]
+        assert ranges.count(f"bytes={10 * BLOCK}-{15 * BLOCK - 1}") == 1
+        assert ranges.count(f"bytes={15 * BLOCK}-{20 * BLOCK - 1}") == 1
+        # Elsewhere: read as asked, the bytes fetched ahead dropped.
+        assert await f.read_at(40 * BLOCK + 7, 4 * BLOCK) == data[40 * BLOCK + 7 : 44 * BLOCK + 7]
+        # Up to the end, which nothing is fetched past.
+        f.seek(44 * BLOCK + 7)
+        while piece := await f.read(7 * BLOCK):
+            assert piece == data[f.tell() - len(piece) : f.tell()]
+        assert f.tell() == len(data)
+        # The object replaced mid-scan: bytes fetched ahead before are of the version
+        # the reader is pinned to; those asked for after are refused, never mixed in.
+        f.seek(0)
+        assert await f.read(3 * BLOCK) == data[: 3 * BLOCK]
+        assert await f.read(3 * BLOCK) == data[3 * BLOCK : 6 * BLOCK]
+        assert f._blocks.pending is not None
+        await f._blocks.pending.task
+        s3.put_object(Bucket=bucket, Key="k", Body=payload(64 * BLOCK + 100, seed=5))
+        assert await f.read(3 * BLOCK) == data[6 * BLOCK : 9 * BLOCK]
+        with pytest.raises(asyncdl.ObjectChangedError):
+            await f.read(3 * BLOCK)
+    assert all(r.headers.get("if-match") == etag for r in gets(proxy)[1:])
+    s3.put_object(Bucket=bucket, Key="k", Body=data)
+    # Closed while the bytes after a read are on their way: their GET is cancelled.
+    proxy.rule = lambda r: (
+        Fault(delay=5) if r.range == f"bytes={6 * BLOCK}-{9 * BLOCK - 1}" else None
+    )
+    async with engine.open_reader(bucket, "k", block_size=BLOCK, cache_blocks=2) as f:
+        await f.read(3 * BLOCK)
+        await f.read(3 * BLOCK)
+        assert f._blocks.pending is not None
+        ahead = f._blocks.pending.task
+    await asyncio.wait([ahead], timeout=2)  # a GET delayed 5 s: done only if cancelled
+    assert ahead.cancelled()
 
 
 async def test_an_object_replaced_between_reads_is_object_changed(

@@ -130,7 +130,7 @@ async def test_closing_while_a_read_is_in_flight_leaves_nothing_cached(
     await asyncio.sleep(0)  # the read has taken the lock and sent its GET
     await f.aclose()
     assert len(await read) == 10
-    assert f._cache == {}
+    assert f._blocks.cache == {}
 
 
 def test_a_sync_read_whose_loop_ends_under_it_raises_runtime_error(

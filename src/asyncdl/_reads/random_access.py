@@ -5,17 +5,15 @@ Opening sends one GET, of the first block or (``first_block="end"``, a suffix
 range) of the last, no HEAD: it brings the size and the ETag that every later GET
 is pinned to, so whatever is read comes from one version of the object, or fails
 with ``ObjectChangedError``. Given both (from a listing), opening sends nothing.
-Reads go through a small LRU cache of ``block_size`` blocks; the blocks a read
-lacks are fetched together (adjacent ones in one GET, ``range_reads``), and a read
-that starts where the last one ended fetches as many blocks again ahead of it. A long
-read none of whose blocks is cached is copied once from what its GETs brought and
-leaves only its last block (and those read ahead) in the cache: a reader of tens of
-MiB at a time (pyarrow) pays one copy of its bytes, not three.
+Reads go through a cache of ``block_size`` blocks (``blocks``): the blocks a read
+lacks are fetched together, a sequential scan reads ahead, and a long read (pyarrow's
+tens of MiB) is copied once and has the bytes after it fetched meanwhile.
 ``read_ranges`` reads many ranges at once, as ``Engine.read_ranges`` does, from the
 cache where it holds a range whole; what it fetches is not kept (its ranges are not
 blocks). Each GET takes a slot of the engine's budget only while it is in flight:
-between reads the reader holds cached bytes and nothing else, so a reader dropped
-unclosed leaks no slot, no connection.
+between reads the reader holds cached bytes and, after a long sequential read, the
+GETs of the bytes after it until they end, so a reader dropped unclosed leaks no
+slot, no connection (closing it cancels those GETs).
 
 A server that sends no strong ETag (none, or a weak one) cannot have later reads
 pinned: opening such an object larger than one block fails rather than risk a
@@ -30,8 +28,7 @@ thread (``sync_reader``).
 from __future__ import annotations
 
 import asyncio
-from collections import OrderedDict
-from collections.abc import Generator, Iterable, Mapping
+from collections.abc import Generator, Iterable
 from typing import TYPE_CHECKING, Any, Literal, Self, SupportsIndex, get_args
 
 from .._transfer.context import Context
@@ -44,8 +41,9 @@ from .._wire.request_args import ExtraArgs, check_size_and_etag
 from ..config import KiB, MiB, is_int_at_least
 from ..errors import InvalidRequestError
 from ..progress import Reporter
-from .range_plan import Span, as_offset, coalesce
-from .range_reads import SpanSink, fetch_spans, first_get, read_object_ranges
+from .blocks import Blocks
+from .range_plan import Span, as_offset
+from .range_reads import SpanSink, first_get, read_object_ranges
 from .sync_reader import SyncReader
 
 if TYPE_CHECKING:
@@ -59,9 +57,6 @@ DEFAULT_BLOCK_SIZE = 1 * MiB
 MIN_BLOCK_SIZE = 4 * KiB
 #: Blocks the cache keeps (memory: about ``block_size * cache_blocks`` per reader).
 DEFAULT_CACHE_BLOCKS = 16
-#: A read across more blocks than this, none of them cached, is copied once from the
-#: GETs' bytes and kept in the cache by its last block only (see ``_read_blocks``).
-LONG_READ_BLOCKS = 2
 #: Which block the opening GET brings: the first, or the last (a suffix range).
 FirstBlock = Literal["start", "end"]
 
@@ -88,8 +83,9 @@ class RandomAccessReader:
 
     ``await engine.open_reader(...)`` opens it too (one GET, of the first block); ``size``
     and ``etag`` are known once it is open. Every GET is pinned to ``etag``: an
-    object replaced meanwhile raises :class:`~asyncdl.ObjectChangedError`. It holds
-    no slot of the engine's budget between reads; :meth:`aclose` drops the cache.
+    object replaced meanwhile raises :class:`~asyncdl.ObjectChangedError`. Between
+    reads it holds no slot of the engine's budget but those of bytes fetched ahead of
+    a long sequential read; :meth:`aclose` cancels those and drops the cache.
     """
 
     def __init__(
@@ -139,20 +135,18 @@ class RandomAccessReader:
         #: The object's bucket and key (of a URL: ``""`` and the URL without its query).
         self.bucket, self.key = bucket, key
         self._ctx = ctx
-        self._block, self._most = block_size, cache_blocks
+        self._block = block_size
         #: The object's size (``None`` until opened).
         self.size: int | None = None
         #: The ETag every GET is pinned to (``None`` until opened, and for an object
         #: that fit in the first block of a server that sent none).
         self.etag: str | None = None
-        self._cache: OrderedDict[int, bytes] = OrderedDict()
+        self._blocks = Blocks(ctx, self._obj, block_size, cache_blocks)
         #: The opening answer's bytes and where they start: kept whole beside the
         #: blocks, since a suffix answer need not start at a block's start.
         self._first: tuple[int, bytes] = (0, b"")
         self._pos = 0
         self._last_end = -1
-        #: Blocks a sequential read fetches ahead: doubles while reads stay sequential.
-        self._ahead = 1
         self._lock = asyncio.Lock()
         self._opened = self._closed = False
 
@@ -177,6 +171,7 @@ class RandomAccessReader:
                 else:
                     with own_slots():
                         await self._first_block()
+                self._blocks.size, self._blocks.etag = self.size, self.etag
                 self._opened = True
         return self
 
@@ -184,9 +179,15 @@ class RandomAccessReader:
         """Drop the cache; later reads raise ``ValueError``. Idempotent. A read in
         flight ends first (it would fill the cache again)."""
         self._closed = True
+        self.cancel_ahead()
         async with self._lock:
-            self._cache.clear()
+            self._blocks.cache.clear()
             self._first = (0, b"")
+
+    def cancel_ahead(self) -> None:
+        """Cancel the GET of bytes fetched ahead of a read, if any (on the loop); the
+        cache stays. For a caller that drops the reader without closing it."""
+        self._blocks.cancel_ahead()
 
     @property
     def closed(self) -> bool:
@@ -289,7 +290,7 @@ class RandomAccessReader:
             data = self._in_first(start, end)
             if data is None:
                 with own_slots():
-                    data = await self._read_blocks(start, end)
+                    data = await self._blocks.read(start, end, sequential=start == self._last_end)
             self._last_end = end
             if at is None:
                 self._pos = end
@@ -381,7 +382,7 @@ class RandomAccessReader:
         await fetch_part(fetch, Part(start, end, prefix=True), first)
         self._first = (start, sink.cut(start, end))
         index = (size - 1) // block if self._from_end else 0
-        self._keep(index, sink.cut(index * block, min((index + 1) * block, size)))
+        self._blocks.keep(index, sink.cut(index * block, min((index + 1) * block, size)))
 
     def _in_first(self, start: int, end: int) -> bytes | None:
         """Bytes ``[start, end)`` when the opening answer holds all of them."""
@@ -394,66 +395,4 @@ class RandomAccessReader:
         """Bytes ``[start, end)`` when the opening answer or the cached blocks hold all
         of them, else ``None``."""
         data = self._in_first(start, end)
-        if data is not None:
-            return data
-        block = self._block
-        needed = range(start // block, (end - 1) // block + 1)
-        if any(i not in self._cache for i in needed):
-            return None
-        return _cut(self._cache, needed, start, end, block)
-
-    async def _read_blocks(self, start: int, end: int) -> bytes:
-        size, block = self.size, self._block
-        assert size is not None
-        needed = range(start // block, (end - 1) // block + 1)
-        wanted = [i for i in needed if i not in self._cache]
-        after = needed[-1] + 1
-        if start != self._last_end:
-            self._ahead = 1
-        elif wanted or (after * block < size and after not in self._cache):
-            # Sequential, and about to run out of cached blocks: fetch ahead, twice as
-            # far each time (up to half the cache), so a long scan is few GETs.
-            last = min(needed[-1] + self._ahead, (size - 1) // block)
-            wanted += [i for i in range(after, last + 1) if i not in self._cache]
-            self._ahead = min(self._ahead * 2, max(self._most // 2, 1))
-        got: dict[int, bytes] = {}
-        if wanted:
-            asked = [(i * block, min((i + 1) * block, size)) for i in wanted]
-            chunk = self._ctx.config.chunk_size
-            spans = coalesce(asked, max_gap=0, max_request=chunk)
-            sink = await fetch_spans(
-                self._ctx, self._obj, asked, spans, chunk, size=size, etag=self.etag
-            )
-            if len(needed) > LONG_READ_BLOCKS and not any(i in self._cache for i in needed):
-                # A long read none of whose blocks is cached (pyarrow reads tens of MiB
-                # at a time): its bytes copied once from what the GETs brought, not cut
-                # into blocks and joined again. Only its last block is kept, with those
-                # read ahead: what a sequential read takes next.
-                data = sink.cut(start, end)
-                for i in [needed[-1], *(i for i in wanted if i > needed[-1])]:
-                    self._keep(i, sink.cut(i * block, min((i + 1) * block, size)))
-                return data
-            got = {i: sink.cut(s, e) for i, (s, e) in zip(wanted, asked, strict=True)}
-        # Taken before any is kept: keeping may evict a block this read still needs.
-        blocks = {i: got[i] if i in got else self._cache[i] for i in needed}
-        data = _cut(blocks, needed, start, end, block)
-        for i, kept in [*blocks.items(), *got.items()]:
-            self._keep(i, kept)  # the blocks read ahead last: the most recent
-        return data
-
-    def _keep(self, index: int, data: bytes) -> None:
-        self._cache[index] = data
-        self._cache.move_to_end(index)
-        while len(self._cache) > self._most:
-            self._cache.popitem(last=False)
-
-
-def _cut(blocks: Mapping[int, bytes], needed: range, start: int, end: int, block: int) -> bytes:
-    """Bytes ``[start, end)`` of the blocks ``needed``, copied once (a read within one
-    block is a slice of it; across blocks, views of them joined)."""
-    if len(needed) == 1:
-        low = needed[0] * block
-        return blocks[needed[0]][start - low : end - low]
-    return b"".join(
-        memoryview(blocks[i])[max(start - i * block, 0) : end - i * block] for i in needed
-    )
+        return data if data is not None else self._blocks.cached(start, end)

@@ -91,10 +91,27 @@ class SpanSink:
                     (low, chunk if whole else memoryview(chunk)[low - offset : high - offset])
                 )
 
+    def holds(self, start: int, end: int) -> bool:
+        """Whether one span holds all of ``[start, end)``."""
+        index = bisect.bisect_right(self._starts, start) - 1
+        return index >= 0 and end <= self.spans[index].end
+
     def cut(self, start: int, end: int) -> bytes:
         """Bytes ``[start, end)``, which one span holds, copied once from its pieces."""
         if start == end:
             return b""
+        views = self.views(start, end)
+        if len(views) == 1:  # within one piece: the piece itself, or a slice of it
+            piece = views[0].obj
+            if isinstance(piece, bytes) and len(piece) == len(views[0]) == end - start:
+                return piece
+        return b"".join(views)
+
+    def views(self, start: int, end: int) -> list[memoryview]:
+        """Views of the pieces that hold ``[start, end)`` (which one span holds), in
+        order, nothing copied: for a caller that joins them with other bytes once."""
+        if start == end:
+            return []
         index = bisect.bisect_right(self._starts, start) - 1
         tiled = self._tiled.get(index)
         if tiled is None:
@@ -103,15 +120,10 @@ class SpanSink:
         offsets, pieces = tiled
         first = bisect.bisect_right(offsets, start) - 1
         last = bisect.bisect_left(offsets, end, lo=first)
-        if last - first == 1:  # within one piece: a slice, or the piece itself
-            piece, low = pieces[first], offsets[first]
-            if start == low and end - low == len(piece) and isinstance(piece, bytes):
-                return piece
-            return bytes(piece[start - low : end - low])
-        return b"".join(
+        return [
             memoryview(pieces[i])[max(start - offsets[i], 0) : end - offsets[i]]
             for i in range(first, last)
-        )
+        ]
 
 
 def _tile(

@@ -58,6 +58,9 @@ class Context:
     #: Set once the engine has closed: what still holds the context (a random-access
     #: reader) must not send through a closed client or count in a closed engine.
     closed: bool = field(default=False, init=False)
+    #: Tasks that outlive the call that started them (a reader's bytes fetched ahead):
+    #: cancelled, and waited for, as the engine closes, before its client does.
+    _background: set[asyncio.Task[Any]] = field(default_factory=set, init=False)
 
     def __post_init__(self) -> None:
         rate = self.config.max_bandwidth
@@ -139,8 +142,18 @@ class Context:
             route = Route(session.http, None, {})
         return route
 
+    def track(self, task: asyncio.Task[Any]) -> None:
+        """Cancel ``task`` as the engine closes, if it has not ended by then."""
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
     async def close(self) -> None:
         self.closed = True
+        if self._background:
+            for task in self._background:
+                task.cancel()
+            # Their GETs end before the client they were sent on closes.
+            await asyncio.wait(self._background)
         if self._url_session is not None:
             session, self._url_session = self._url_session, None
             await session.close()

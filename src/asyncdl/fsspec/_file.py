@@ -70,6 +70,7 @@ class AsyncdlFile(AbstractBufferedFile):  # type: ignore[misc]  # fsspec is unty
         cache_options: dict[str, Any] | None = None,
         first_block: FirstBlock | None = None,
         pinned: tuple[int, str] | None = None,
+        whole: bytes | None = None,
         **kwargs: Any,
     ) -> None:
         self._asked = (block_size, cache_type, dict(cache_options or {}), first_block)
@@ -79,21 +80,29 @@ class AsyncdlFile(AbstractBufferedFile):  # type: ignore[misc]  # fsspec is unty
         block, blocks, outer = reader_settings(block_size, cache_type, options, chunk)
         if first_block is None:
             first_block = "end" if key.lower().endswith(INDEX_AT_END) else "start"
-        with translated(path, forget=fs._forget(path)):
-            reader = sync(
-                fs.loop,
-                fs.open_reader,
-                bucket,
-                key,
-                block,
-                blocks,
-                first_block=first_block,
-                pinned=pinned,
-            )
+        reader = None
+        if whole is not None:
+            size = len(whole)
+        else:
+            with translated(path, forget=fs._forget(path)):
+                reader = sync(
+                    fs.loop,
+                    fs.open_reader,
+                    bucket,
+                    key,
+                    block,
+                    blocks,
+                    first_block=first_block,
+                    pinned=pinned,
+                )
+            size = reader.size
         self._reader: RandomAccessReader | None = reader
+        #: The object's bytes, when this file was unpickled from one of an object that
+        #: had no ETag (it read them whole as it opened): read from here, no GET.
+        self._whole = whole
         #: The ETag every GET of this file is pinned to (``None`` only for an object
         #: that came whole in the opening GET from a server that sent none).
-        self.etag: str | None = reader.etag
+        self.etag: str | None = None if reader is None else reader.etag
         super().__init__(
             fs,
             path,
@@ -101,11 +110,13 @@ class AsyncdlFile(AbstractBufferedFile):  # type: ignore[misc]  # fsspec is unty
             block_size=block,
             cache_type=outer,
             cache_options=options,
-            size=reader.size,
+            size=size,
             **kwargs,
         )
 
     def _fetch_range(self, start: int, end: int) -> bytes:
+        if self._whole is not None:
+            return self._whole[start:end]
         reader = self._reader
         if reader is None:
             raise ValueError(f"{self.path}: I/O operation on a closed file")
@@ -117,27 +128,38 @@ class AsyncdlFile(AbstractBufferedFile):  # type: ignore[misc]  # fsspec is unty
         """Pickled (Dask sends open files to its workers): unpickled, the file reads
         the version it was opened on, from where it was, with no GET to open it; an
         object replaced meanwhile fails its first read with ``ObjectChangedError``.
-        (fsspec's own pickling opens the object again: whatever version is there.)"""
+        A file of an object that had no ETag (it came whole as the file opened) takes
+        its bytes with it. (fsspec's own pickling opens the object again: whatever
+        version is there.)"""
         if self.closed:
             raise ValueError(f"{self.path}: cannot pickle a closed file")
-        version = None if self.etag is None else (self.size, self.etag)
-        return _reopen, (self.fs, self.path, self._asked, version, self.loc)
+        if self.etag is None:
+            # Nothing to pin a reopened file to: the object came whole in the opening
+            # answer (one block at most, or the open failed), so its bytes go with it.
+            whole = self._fetch_range(0, self.size)  # from the opening answer: no GET
+            return _reopen, (self.fs, self.path, self._asked, whole, self.loc)
+        return _reopen, (self.fs, self.path, self._asked, (self.size, self.etag), self.loc)
 
     def close(self) -> None:
         """Close the file. The reader holds no connection nor slot between reads: it
         is dropped, its cached blocks with it."""
         super().close()
-        self._reader = None
+        self._whole = None
+        reader, self._reader = self._reader, None
+        if reader is not None and not self.fs.loop.is_closed():
+            # The bytes a long read fetched ahead are no one's now.
+            self.fs.loop.call_soon_threadsafe(reader.cancel_ahead)
 
 
 def _reopen(
     fs: AbstractFileSystem,
     path: str,
     asked: tuple[object, str, dict[str, Any], FirstBlock | None],
-    version: tuple[int, str] | None,
+    kept: tuple[int, str] | bytes,
     loc: int,
 ) -> AsyncdlFile:
-    """A pickled :class:`AsyncdlFile` opened again, pinned to its version."""
+    """A pickled :class:`AsyncdlFile` opened again: pinned to its size and ETag, or, of
+    an object with no ETag, on the bytes it read (``kept``)."""
     block_size, cache_type, cache_options, first_block = asked
     file = AsyncdlFile(
         fs,
@@ -146,7 +168,8 @@ def _reopen(
         cache_type=cache_type,
         cache_options=cache_options,
         first_block=first_block,
-        pinned=version,
+        pinned=None if isinstance(kept, bytes) else kept,
+        whole=kept if isinstance(kept, bytes) else None,
     )
     file.seek(loc)
     return file
