@@ -39,6 +39,9 @@ class _Server:
         self.answer = answer
         self.tls = tls
         self.connections = 0
+        #: Connections open now, and the most ever open at once.
+        self.open = 0
+        self.most_open = 0
         self.requests: list[bytes] = []
         #: Set once a request came.
         self.asked = asyncio.Event()
@@ -51,6 +54,8 @@ class _Server:
         assert task is not None
         self._tasks.append(task)
         self.connections += 1
+        self.open += 1
+        self.most_open = max(self.most_open, self.open)
         self._writers.append(writer)
         try:
             while True:
@@ -66,6 +71,7 @@ class _Server:
                 if close:
                     return
         finally:
+            self.open -= 1
             writer.close()
 
     @property
@@ -94,8 +100,10 @@ def _ok(body: bytes, **headers: str) -> bytes:
 
 
 @asynccontextmanager
-async def _pool(read_timeout: float = 5.0, tls: Any = True) -> AsyncIterator[OwnPool]:
-    pool = OwnPool(tls, 5.0, read_timeout)
+async def _pool(
+    read_timeout: float = 5.0, tls: Any = True, limit: int | None = None
+) -> AsyncIterator[OwnPool]:
+    pool = OwnPool(tls, 5.0, read_timeout, limit=limit)
     try:
         yield pool
     finally:
@@ -359,3 +367,58 @@ async def test_a_download_cancelled_while_waiting_for_its_answer_leaves_no_conne
             assert not pool._live  # closed, not pooled
             assert not any(pool._idle.values())
     assert os.listdir(tmp_path) == []
+
+
+async def test_gets_past_the_connection_limit_wait_for_a_connection() -> None:
+    # aiobotocore's max_pool_connections (aiohttp's connector limit) bounds the
+    # connections open at once: a GET past it waits for an answer to be released.
+    async with _Server(lambda n: (_ok(b"%d" % n), False)) as server, _pool(limit=2) as pool:
+
+        async def one() -> bytes:
+            response = await pool.get(server.url, {})
+            body = await _body(response)
+            await asyncio.sleep(0.05)  # held: the others must wait, not connect
+            response.release()
+            return body
+
+        bodies = await asyncio.gather(*(one() for _ in range(6)))
+    assert sorted(bodies) == [b"%d" % n for n in range(1, 7)]
+    assert server.most_open <= 2
+    assert server.connections == 2
+
+
+async def test_a_get_to_another_origin_at_the_limit_closes_an_idle_connection() -> None:
+    async with (
+        _Server(lambda n: (_ok(b"a"), False)) as first,
+        _Server(lambda n: (_ok(b"b"), False)) as second,
+        _pool(limit=1) as pool,
+    ):
+        response = await pool.get(first.url, {})
+        assert await _body(response) == b"a"
+        response.release()  # idle, the only connection the limit allows
+        response = await asyncio.wait_for(pool.get(second.url, {}), 5)
+        assert await _body(response) == b"b"
+        response.release()
+        for _ in range(100):
+            if first.open == 0:
+                break
+            await asyncio.sleep(0.01)
+        assert first.open == 0
+
+
+async def test_a_waiter_cancelled_once_woken_passes_the_connection_on() -> None:
+    async with _Server(lambda n: (_ok(b"x"), False)) as server, _pool(limit=1) as pool:
+        held = await pool.get(server.url, {})
+        first = asyncio.ensure_future(pool.get(server.url, {}))
+        second = asyncio.ensure_future(pool.get(server.url, {}))
+        await asyncio.sleep(0.05)
+        assert not first.done()
+        assert not second.done()
+        await _body(held)
+        held.release()  # wakes the first waiter...
+        first.cancel()  # ...which leaves before it runs: the second must be served
+        response = await asyncio.wait_for(second, 5)
+        assert await _body(response) == b"x"
+        response.release()
+        assert first.cancelled()
+    assert server.most_open == 1

@@ -1,0 +1,199 @@
+"""One keep-alive connection of the engine's own HTTP client (:mod:`asyncdl._wire.own_http`):
+an asyncio protocol whose bytes ``httptools`` (llhttp, in C) parses into the answer
+asked for, at most one at a time."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, cast
+
+from multidict import CIMultiDict
+
+from .own_answer import HeadersTimeout, OwnHTTPError, OwnResponse, broken
+
+if TYPE_CHECKING:
+    from .own_http import Origin, OwnPool
+
+#: Bytes an answer's status line and headers may take (aiohttp refuses a field over
+#: 8190): a server that streams headers without end is refused, not held.
+MAX_HEAD = 64 * 1024
+
+
+class _Unasked(Exception):
+    """Bytes past the end of the answer asked for (see ``on_message_begin``)."""
+
+
+class Connection(asyncio.Protocol):
+    """One keep-alive connection; at most one answer on it at a time."""
+
+    def __init__(self, pool: OwnPool, origin: Origin) -> None:
+        self._pool = pool
+        self.origin = origin
+        self.transport: asyncio.Transport | None = None
+        # Here, not at the top: a process with the switch off never loads it.
+        import httptools  # noqa: PLC0415
+
+        self._parser = httptools.HttpResponseParser(self)
+        self.response: OwnResponse | None = None
+        #: Answers served: a reused connection's first failure may be the server's idle
+        #: close, not an answer to this request.
+        self.served = 0
+        self.lost = False
+        #: When the pool took it back (loop time): it is dropped after KEEPALIVE idle.
+        self.idle_since = 0.0
+        #: The answer's head is due by then (loop time); the watch that checks it is
+        #: one timer per connection, moved on only when it fires (not one per request).
+        self._head_due = 0.0
+        self._head_timer: asyncio.TimerHandle | None = None
+        self._paused = False
+        # Per answer, while its head is parsed.
+        self._names: list[tuple[str, str]] = []
+        #: The head parsed was an interim (1xx) one: the next message is the answer.
+        self._interim = False
+        #: Bytes received of the answer while its head is not yet whole.
+        self._head_bytes = 0
+
+    # --- asyncio.Protocol -------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports are not asyncio.Transport subclasses; both have its methods.
+        self.transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        response = self.response
+        if response is None or response.complete:
+            # Bytes nobody asked for (after an answer, or on an idle connection): the
+            # connection's framing is no longer known.
+            self._drop()
+            return
+        try:
+            self._parser.feed_data(data)
+        except Exception as exc:  # httptools' HttpParserError, HttpParserUpgrade
+            # llhttp's reason names the rule broken, never the bytes (a server that
+            # echoes the request would fill a quote with its signed headers).
+            response.fail(broken(response, f"bad framing ({_reason(exc)})"))
+            self._drop()
+            return
+        if not response.head_done:
+            self._head_bytes += len(data)
+            if self._head_bytes > MAX_HEAD:
+                response.fail(OwnHTTPError(f"an answer's head over {MAX_HEAD} bytes"))
+                self._drop()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        self._pool.forget(self)
+        self._stop_watch()
+        response = self.response
+        if response is not None and not response.complete:
+            if response.head_done and response.close_delimited:
+                response.on_message_complete()  # RFC 9112 §6.3: the close ends it
+            else:
+                response.fail(broken(response, "the connection closed before the answer ended"))
+
+    def pause_writing(self) -> None:  # a GET's request is small: never waits to write
+        pass
+
+    def resume_writing(self) -> None:
+        pass
+
+    # --- httptools' callbacks ---------------------------------------------------------
+    def on_message_begin(self) -> None:
+        response = self.response
+        if self._interim:
+            self._interim = False
+        elif response is None or response.complete:
+            # A second answer in the bytes that ended this one: nobody asked for it (an
+            # answer is never read into the one before). Stop parsing; the connection
+            # is dropped (see data_received) and the answer already had is kept.
+            raise _Unasked
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        # httptools joins a header's pieces (one spanning socket reads) before this.
+        self._names.append((name.decode("latin-1"), value.decode("latin-1")))
+
+    def on_headers_complete(self) -> None:
+        response = self.response
+        assert response is not None
+        status = self._parser.get_status_code()
+        names, self._names = self._names, []
+        if 100 <= status < 200:
+            # An interim answer (103 Early Hints): the answer asked for comes after it.
+            self._interim = True
+            return
+        response.head(status, CIMultiDict(names), self._parser.should_keep_alive())
+
+    def on_body(self, body: bytes) -> None:
+        response = self.response
+        assert response is not None
+        response.feed(body)
+        if response.held > response.high_water and not self._paused and self.transport:
+            self._paused = True
+            self.transport.pause_reading()
+
+    def on_message_complete(self) -> None:
+        response = self.response
+        assert response is not None
+        if not self._interim:
+            response.on_message_complete()
+
+    # --- the pool's side --------------------------------------------------------------
+    def reading_wanted(self) -> None:
+        """The reader took bytes: read the socket again if it was paused."""
+        if self._paused and self.transport is not None:
+            self._paused = False
+            self.transport.resume_reading()
+
+    def send(self, request: bytes, response: OwnResponse, read_timeout: float | None) -> None:
+        assert self.transport is not None
+        self.response = response
+        self._names = []
+        self._interim = False
+        self._head_bytes = 0
+        if read_timeout:
+            self._head_due = self._pool.loop.time() + read_timeout
+            if self._head_timer is None:
+                self._head_timer = self._pool.loop.call_at(self._head_due, self._check_head)
+        self.transport.write(request)
+
+    def _check_head(self) -> None:
+        self._head_timer = None
+        response = self.response
+        if response is None or response.head_done:
+            return  # the next request sets it again
+        now = self._pool.loop.time()
+        if now < self._head_due:
+            self._head_timer = self._pool.loop.call_at(self._head_due, self._check_head)
+            return
+        response.fail(HeadersTimeout(f"no answer within {self._pool.read_timeout:g}s"))
+        self._drop()
+
+    def _stop_watch(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def finished(self, response: OwnResponse) -> None:
+        """The answer was released or closed: pooled if it ended cleanly, else closed."""
+        if self.response is not response:
+            return
+        self.response = None
+        if response.reusable and not self.lost and not self._pool.closed:
+            self.served += 1
+            # Paused for a reader that left the rest of the body unread (it had all it
+            # needed): the next answer must be read.
+            self.reading_wanted()
+            self._pool.put(self)
+        else:
+            self._drop()
+
+    def _drop(self) -> None:
+        self.lost = True
+        self._pool.forget(self)
+        self._stop_watch()
+        if self.transport is not None:
+            self.transport.close()
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc)
+    return text[:80] if text.isprintable() else type(exc).__name__
