@@ -130,12 +130,13 @@ async def run_asyncdl(
     validate: str = "when_available",
     prefix: bool = False,
     listed: bool = False,
-    own_http: bool = False,
+    own_http: bool = True,
 ) -> list[str]:
     import asyncdl  # noqa: PLC0415
     from asyncdl._wire import own_http as own  # noqa: PLC0415
 
-    # The engine's own HTTP client for its GETs (an internal switch, off by default).
+    # The engine's own HTTP client for its GETs (on by default; off, they go through
+    # aiohttp, as ASYNCDL_OWN_HTTP=0 makes them).
     own.ENABLED = own_http
     os.environ["AWS_ENDPOINT_URL_S3"] = job.endpoint
     errors: list[str] = []
@@ -165,6 +166,8 @@ async def run_asyncdl(
         pool = getattr(engine.client._endpoint.http_session, "_asyncdl_own_pool", None)
         if own_http and (pool is None or pool.sent < job.objects):
             errors.append(f"the own HTTP client sent {pool.sent if pool else 0} GETs")
+        if not own_http and pool is not None and pool.sent:
+            errors.append(f"the own HTTP client, switched off, sent {pool.sent} GETs")
     return errors
 
 
@@ -818,12 +821,13 @@ RUNNERS: dict[str, Callable[[Job, Meter], list[str]]] = {
     # a HEAD alongside; "-off" turns checking off.
     "asyncdl-prefix": lambda job, m: on_loop(job, run_asyncdl(job, m, "auto", prefix=True)),
     "asyncdl-listed": lambda job, m: on_loop(job, run_asyncdl(job, m, "auto", listed=True)),
-    # The same two with their GETs on the engine's own HTTP client (asyncdl._wire.own_http).
-    "asyncdl-get-first-own": lambda job, m: on_loop(
-        job, run_asyncdl(job, m, "get-first", own_http=True)
+    # The same two with their GETs on aiohttp instead of the engine's own HTTP client
+    # (asyncdl._wire.own_http), as ASYNCDL_OWN_HTTP=0 sends them: the choice, measured.
+    "asyncdl-get-first-aiohttp": lambda job, m: on_loop(
+        job, run_asyncdl(job, m, "get-first", own_http=False)
     ),
-    "asyncdl-listed-own": lambda job, m: on_loop(
-        job, run_asyncdl(job, m, "auto", listed=True, own_http=True)
+    "asyncdl-listed-aiohttp": lambda job, m: on_loop(
+        job, run_asyncdl(job, m, "auto", listed=True, own_http=False)
     ),
     "asyncdl-prefix-off": lambda job, m: on_loop(
         job, run_asyncdl(job, m, "auto", validate="off", prefix=True)

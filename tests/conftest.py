@@ -38,13 +38,6 @@ if TEST_LOOP == "uvloop":
 elif TEST_LOOP != "asyncio":
     raise pytest.UsageError(f"ASYNCDL_TEST_LOOP must be asyncio or uvloop, not {TEST_LOOP!r}")
 
-#: ``1``: the lean path's GETs go through the engine's own HTTP client
-#: (``asyncdl._wire.own_http``, off by default), so the suite can be run against it.
-if os.environ.get("ASYNCDL_TEST_OWN_HTTP") == "1":
-    from asyncdl._wire import own_http
-
-    own_http.ENABLED = True
-
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -9,7 +9,7 @@ same for every request of a template. Here the proxy is looked up once per templ
 and the answer's headers are aiohttp's own (case-insensitive) mapping.
 
 An S3 GET with no proxy goes through the engine's own HTTP client instead
-(:mod:`asyncdl._wire.own_http`) when its internal switch is on (it is off by default).
+(:mod:`asyncdl._wire.own_http`), unless ``ASYNCDL_OWN_HTTP=0`` turned it off.
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ async def send(
     name the URL as ``shown`` (the URL itself when not given).
 
     ``own``: an S3 GET, which follows no redirect, may go through the engine's own
-    client (:mod:`asyncdl._wire.own_http`, when switched on), which answers an
+    client (:mod:`asyncdl._wire.own_http`, unless switched off), which answers an
     :class:`~asyncdl._wire.own_http.OwnResponse`; a URL's GET follows redirects as
     aiohttp does, and stays on aiohttp."""
     url_shown = url if shown is None else shown

@@ -1,8 +1,8 @@
 """A GET of the lean path on an HTTP/1.1 client of the engine's own: keep-alive
 connections per (scheme, host, port) on the loop's transports, TLS through the loop
 (the aiohttp session's own TLS context), answers parsed by ``httptools`` (llhttp, in
-C). A prototype, off unless :data:`ENABLED` is set (an internal switch, for
-measurement: no public setting turns it on).
+C). On unless the environment says ``ASYNCDL_OWN_HTTP=0`` when asyncdl is imported
+(:data:`ENABLED`): then every request goes through aiohttp, as before this client was.
 
 aiohttp spends, per request, a request object, header multidicts, a response wrapper
 and a stream reader. Here a request is one ``bytes`` written to a pooled transport,
@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import os
 import ssl
 from typing import Any
 
@@ -45,8 +46,9 @@ __all__ = [
     "served",
 ]
 
-#: The switch: GETs of the lean path go through this client when it is set.
-ENABLED = False
+#: The switch: GETs of the lean path go through this client when it is set. An escape
+#: hatch, read once: ``ASYNCDL_OWN_HTTP=0`` sends them through aiohttp instead.
+ENABLED = os.environ.get("ASYNCDL_OWN_HTTP", "1").strip() != "0"
 
 #: Seconds an idle connection is kept (aiobotocore's own keep-alive for aiohttp).
 KEEPALIVE = 12.0
