@@ -211,6 +211,22 @@ def judge_tiny(document: dict[str, Any], letter: str) -> list[Row]:
             letter=letter,
         )
         rows.append(replace(crt, required="beside obstore's", verdict=unbound(crt.verdict)))
+    for loop, suffix in (("asyncio", ""), ("uvloop", "@uvloop")):
+        for client, how in clients:
+            # The choice of HTTP client, measured: the same GETs on aiohttp
+            # (ASYNCDL_OWN_HTTP=0), shown beside the target rows, never judged.
+            against = batch_ratio(
+                document,
+                target="1",
+                what=f"1000 x 1 KiB c64, {how}, {loop}: CPU per object against its GETs on aiohttp",
+                metric="cpu_ms_per_object",
+                unit="ms/obj",
+                row=client + suffix,
+                peer=client + "-aiohttp" + suffix,
+                most=1.0,
+                letter=letter,
+            )
+            rows.append(replace(against, required="the choice", verdict=unbound(against.verdict)))
     return rows
 
 
@@ -421,7 +437,8 @@ def workloads(args: argparse.Namespace) -> dict[str, Workload]:
         "--baseline",
         "obstore",
         "--clients",
-        "asyncdl-get-first,asyncdl-listed,obstore,crt",
+        "asyncdl-get-first,asyncdl-listed,obstore,crt,"
+        "asyncdl-get-first-aiohttp,asyncdl-listed-aiohttp",
     ]
     against_s5cmd_crt = ["--baseline", "s5cmd"]
     against_s5cmd_crt += ["--clients", f"asyncdl-get-first,s5cmd,crt,{STREAM},{FLOOR}"]
