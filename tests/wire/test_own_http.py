@@ -9,6 +9,7 @@ Each server here is a real one on loopback, answering with the bytes a test give
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import ssl
 from collections.abc import AsyncIterator, Callable
@@ -20,6 +21,7 @@ import pytest
 
 import asyncdl
 from asyncdl._wire import own_http
+from asyncdl._wire.own_connection import Connection
 from asyncdl._wire.own_http import OwnBodyError, OwnHTTPError, OwnPool, OwnResponse
 from asyncdl.errors import RetryableError
 from asyncdl.testing.tcp_proxy import TcpProxy
@@ -422,3 +424,75 @@ async def test_a_waiter_cancelled_once_woken_passes_the_connection_on() -> None:
         response.release()
         assert first.cancelled()
     assert server.most_open == 1
+
+
+async def test_large_bodies_one_after_another_on_one_connection() -> None:
+    # Each body past its head's read bypasses the parser: the next answer on the
+    # connection must still be read from its first byte.
+    bodies = [payload(1024 * 1024 + n) for n in range(4)]
+    async with (
+        _Server(lambda n: (_ok(bodies[n - 1], ETag=f'"{n}"'), False)) as server,
+        _pool() as pool,
+    ):
+        for n, body in enumerate(bodies, 1):
+            response = await pool.get(server.url, {})
+            assert response.headers["etag"] == f'"{n}"'
+            assert await _body(response) == body
+            response.release()
+    assert server.connections == 1
+
+
+async def test_bytes_past_the_content_length_after_the_head_drop_the_connection() -> None:
+    body = payload(300_000)
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        whole = _ok(body)
+        writer.write(whole[:1000])
+        await writer.drain()
+        await asyncio.sleep(0.05)  # the rest comes in reads of its own
+        writer.write(whole[1000:] + b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nbad")
+        await writer.drain()
+        with contextlib.suppress(ConnectionError):
+            await reader.read()
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        async with _pool() as pool:
+            response = await pool.get(f"http://127.0.0.1:{port}/obj", {})
+            assert await _body(response) == body
+            response.release()
+            assert not any(pool._idle.values())  # not kept: its framing is not known
+            assert not pool._live
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+async def test_the_body_past_the_head_is_handed_on_as_the_transport_read_it() -> None:
+    # A unit test of the connection's logic, on a transport that only takes writes: no
+    # piece of a body past its head's read is copied by the parser.
+    class Taking(asyncio.Transport):
+        def write(self, data: Any) -> None:
+            pass
+
+        def is_closing(self) -> bool:
+            return False
+
+    pool = OwnPool(True, 5.0, 5.0)
+    conn = Connection(pool, ("http", "127.0.0.1", 80, "127.0.0.1"))
+    conn.connection_made(Taking())
+    response = OwnResponse(conn)
+    conn.send(b"GET / HTTP/1.1\r\n\r\n", response, None)
+    conn.data_received(b"HTTP/1.1 200 OK\r\nContent-Length: 2010\r\n\r\n0123456789")
+    chunks = [bytes([65 + n]) * 1000 for n in range(2)]
+    for chunk in chunks:
+        conn.data_received(chunk)
+    assert response.complete
+    assert (await response.readchunk())[0] == b"0123456789"
+    for chunk in chunks:
+        assert (await response.readchunk())[0] is chunk
+    assert (await response.readchunk())[0] == b""
+    pool.close()

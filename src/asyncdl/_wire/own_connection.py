@@ -52,6 +52,9 @@ class Connection(asyncio.Protocol):
         self._interim = False
         #: Bytes received of the answer while its head is not yet whole.
         self._head_bytes = 0
+        #: Body bytes still to come of an answer framed by Content-Length; once its
+        #: head is parsed they bypass the parser (see :meth:`_body_received`).
+        self._left: int | None = None
 
     # --- asyncio.Protocol -------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -64,6 +67,9 @@ class Connection(asyncio.Protocol):
             # Bytes nobody asked for (after an answer, or on an idle connection): the
             # connection's framing is no longer known.
             self._drop()
+            return
+        if self._left:
+            self._body_received(response, data)
             return
         try:
             self._parser.feed_data(data)
@@ -78,6 +84,30 @@ class Connection(asyncio.Protocol):
             if self._head_bytes > MAX_HEAD:
                 response.fail(OwnHTTPError(f"an answer's head over {MAX_HEAD} bytes"))
                 self._drop()
+
+    def _body_received(self, response: OwnResponse, data: bytes) -> None:
+        """Body bytes of an answer framed by Content-Length, its head parsed: handed on
+        as the transport read them. The parser would copy each into a ``bytes`` of its
+        own (a third copy of every byte of a large object, with the kernel's and the
+        file's); the framing it checked says where the body ends."""
+        left = self._left
+        assert left is not None
+        if len(data) > left:
+            # Bytes past the answer's end: nobody asked for them (see on_message_begin).
+            # The answer is whole; the connection's framing is no longer known.
+            self._left = 0
+            self._feed(response, data[:left])
+            response.on_message_complete()
+            self._drop()
+            return
+        self._left = left - len(data)
+        self._feed(response, data)
+        if self._left == 0:
+            self._left = None
+            # The parser stopped mid-body: the next answer on this connection is read by
+            # a new one.
+            self._parser = type(self._parser)(self)
+            response.on_message_complete()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
@@ -120,11 +150,21 @@ class Connection(asyncio.Protocol):
             # An interim answer (103 Early Hints): the answer asked for comes after it.
             self._interim = True
             return
-        response.head(status, CIMultiDict(names), self._parser.should_keep_alive())
+        headers = CIMultiDict(names)
+        response.head(status, headers, self._parser.should_keep_alive())
+        length = headers.get("content-length")
+        if length is not None and "transfer-encoding" not in headers and status not in (204, 304):
+            # llhttp accepted the head: one Content-Length (or copies of one), digits only.
+            self._left = int(length)
 
     def on_body(self, body: bytes) -> None:
         response = self.response
         assert response is not None
+        if self._left is not None:
+            self._left -= len(body)
+        self._feed(response, body)
+
+    def _feed(self, response: OwnResponse, body: bytes) -> None:
         response.feed(body)
         if response.held > response.high_water and not self._paused and self.transport:
             self._paused = True
@@ -134,6 +174,7 @@ class Connection(asyncio.Protocol):
         response = self.response
         assert response is not None
         if not self._interim:
+            self._left = None
             response.on_message_complete()
 
     # --- the pool's side --------------------------------------------------------------
@@ -149,6 +190,7 @@ class Connection(asyncio.Protocol):
         self._names = []
         self._interim = False
         self._head_bytes = 0
+        self._left = None
         if read_timeout:
             self._head_due = self._pool.loop.time() + read_timeout
             if self._head_timer is None:
