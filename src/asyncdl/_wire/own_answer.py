@@ -5,16 +5,23 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from multidict import CIMultiDict
-
-if TYPE_CHECKING:
-    from .own_connection import Connection
 
 #: Bytes of body held ahead of the reader before the socket is no longer read, until a
 #: reader sets its own (see :meth:`OwnResponse.hold_at_most`).
 _HIGH_WATER = 256 * 1024
+
+
+class Carrier(Protocol):
+    """What an answer asks of the connection it came on."""
+
+    def reading_wanted(self) -> None:
+        """The reader took bytes: read the socket again if it was paused."""
+
+    def finished(self, response: OwnResponse) -> None:
+        """The answer was released or closed."""
 
 
 class OwnHTTPError(Exception):
@@ -54,8 +61,8 @@ class OwnResponse:
         "status",
     )
 
-    def __init__(self, conn: Connection) -> None:
-        self._conn: Connection | None = conn
+    def __init__(self, conn: Carrier) -> None:
+        self._conn: Carrier | None = conn
         self.status = 0
         self.headers: CIMultiDict[str] = CIMultiDict()
         self._pieces: collections.deque[bytes] = collections.deque()

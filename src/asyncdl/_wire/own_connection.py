@@ -5,14 +5,29 @@ asked for, at most one at a time."""
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, cast
+from typing import Protocol, cast
 
 from multidict import CIMultiDict
 
 from .own_answer import HeadersTimeout, OwnHTTPError, OwnResponse, broken
 
-if TYPE_CHECKING:
-    from .own_http import Origin, OwnPool
+#: Where a connection goes: scheme, host, port, and the Host header to send.
+Origin = tuple[str, str, int, str]
+
+
+class PoolSide(Protocol):
+    """What a connection asks of its pool (:class:`asyncdl._wire.own_http.OwnPool`)."""
+
+    loop: asyncio.AbstractEventLoop
+    read_timeout: float | None
+    closed: bool
+
+    def put(self, conn: Connection) -> None:
+        """Keep ``conn`` for the next request to its origin."""
+
+    def forget(self, conn: Connection) -> None:
+        """``conn`` is closed, or closing."""
+
 
 #: Bytes an answer's status line and headers may take (aiohttp refuses a field over
 #: 8190): a server that streams headers without end is refused, not held.
@@ -26,7 +41,7 @@ class _Unasked(Exception):
 class Connection(asyncio.Protocol):
     """One keep-alive connection; at most one answer on it at a time."""
 
-    def __init__(self, pool: OwnPool, origin: Origin) -> None:
+    def __init__(self, pool: PoolSide, origin: Origin) -> None:
         self._pool = pool
         self.origin = origin
         self.transport: asyncio.Transport | None = None

@@ -31,7 +31,7 @@ import ssl
 from typing import Any
 
 from .own_answer import HeadersTimeout, OwnBodyError, OwnHTTPError, OwnResponse
-from .own_connection import Connection
+from .own_connection import Connection, Origin
 
 __all__ = [
     "ENABLED",
@@ -62,9 +62,6 @@ class ConnectError(OSError):
 
 class ConnectTimeout(TimeoutError):
     """No connection within the connect timeout."""
-
-
-Origin = tuple[str, str, int, str]  # scheme, host, port, Host header
 
 
 def _origin_of(url: str) -> tuple[Origin, str]:
