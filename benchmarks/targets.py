@@ -243,8 +243,8 @@ def server_busy(document: dict[str, Any], row: str) -> str:
 
 def judge_large(document: dict[str, Any], letter: str) -> list[Row]:
     """Per loop: asyncdl's CPU per byte and wall against s5cmd's and the CRT's (each
-    the fastest form of that peer in the run), then one aiobotocore stream and the
-    parallel-range floor beside s5cmd, shown."""
+    the fastest form of that peer in the run), then one aiobotocore stream, the
+    parallel-range floor and asyncdl with its GETs on aiohttp beside s5cmd, shown."""
     rows = []
     where = "512 MiB c10 no proxy"
     for loop, suffix in (("asyncio", ""), ("uvloop", "@uvloop")):
@@ -282,6 +282,7 @@ def judge_large(document: dict[str, Any], letter: str) -> list[Row]:
         for beside, name in (
             (STREAM, "one aiobotocore stream"),
             (FLOOR, "the parallel-range floor"),
+            ("asyncdl-get-first-aiohttp", "asyncdl with its GETs on aiohttp"),
         ):
             shown_row = batch_ratio(
                 document,
@@ -441,7 +442,10 @@ def workloads(args: argparse.Namespace) -> dict[str, Workload]:
         "asyncdl-get-first-aiohttp,asyncdl-listed-aiohttp",
     ]
     against_s5cmd_crt = ["--baseline", "s5cmd"]
-    against_s5cmd_crt += ["--clients", f"asyncdl-get-first,s5cmd,crt,{STREAM},{FLOOR}"]
+    against_s5cmd_crt += [
+        "--clients",
+        f"asyncdl-get-first,s5cmd,crt,{STREAM},{FLOOR},asyncdl-get-first-aiohttp",
+    ]
     against_s5cmd = ["--baseline", "s5cmd", "--clients", "asyncdl-cli,s5cmd"]
     listing = ["--objects", str(args.listing_objects), "--tools", "asyncdl,s5cmd"]
     both = ["--loop", "both"]
