@@ -9,18 +9,25 @@ from typing import TYPE_CHECKING, cast
 
 from multidict import CIMultiDict
 
-from .own_answer import HeadersTimeout, OwnHTTPError, OwnResponse, broken
+from .own_answer import HeadersTimeout, OwnBodyError, OwnHTTPError, OwnResponse, broken
 
 if TYPE_CHECKING:
     from .own_http import Origin, OwnPool
 
 #: Bytes an answer's status line and headers may take (aiohttp refuses a field over
-#: 8190): a server that streams headers without end is refused, not held.
+#: 8190): a server that streams headers without end is refused, not held. Also the
+#: bytes of framing a body may have between two of its bytes, or after its last (a
+#: chunk's size line and extensions, trailers): a server that streams trailers without
+#: end would otherwise be held, each one kept, until the reader's stall watch.
 MAX_HEAD = 64 * 1024
 
 
 class _Unasked(Exception):
     """Bytes past the end of the answer asked for (see ``on_message_begin``)."""
+
+
+class _Refused(Exception):
+    """A head refused while it was parsed (its answer has the error): parsing stops."""
 
 
 class Connection(asyncio.Protocol):
@@ -52,6 +59,14 @@ class Connection(asyncio.Protocol):
         self._interim = False
         #: Bytes received of the answer while its head is not yet whole.
         self._head_bytes = 0
+        #: Bytes of the header names and values parsed for the answer (its interim
+        #: answers' too): a head that came whole in the read that took it past MAX_HEAD
+        #: is refused by this count.
+        self._names_bytes = 0
+        #: Body bytes parsed (all answers'), and bytes received since the last of them
+        #: that held none (framing, see MAX_HEAD).
+        self._body_bytes = 0
+        self._framing_bytes = 0
 
     # --- asyncio.Protocol -------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -65,6 +80,7 @@ class Connection(asyncio.Protocol):
             # connection's framing is no longer known.
             self._drop()
             return
+        in_body, body_before = response.head_done, self._body_bytes
         try:
             self._parser.feed_data(data)
         except Exception as exc:  # httptools' HttpParserError, HttpParserUpgrade
@@ -78,6 +94,16 @@ class Connection(asyncio.Protocol):
             if self._head_bytes > MAX_HEAD:
                 response.fail(OwnHTTPError(f"an answer's head over {MAX_HEAD} bytes"))
                 self._drop()
+        elif in_body and not response.complete:
+            # Bytes that carried no body byte were framing: a run of them longer than
+            # any head is a server that never ends its body, only its bytes.
+            if self._body_bytes != body_before:
+                self._framing_bytes = 0
+            else:
+                self._framing_bytes += len(data)
+                if self._framing_bytes > MAX_HEAD:
+                    response.fail(OwnBodyError(f"body framing over {MAX_HEAD} bytes"))
+                    self._drop()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
@@ -85,8 +111,9 @@ class Connection(asyncio.Protocol):
         self._stop_watch()
         response = self.response
         if response is not None and not response.complete:
-            if response.head_done and response.close_delimited:
-                response.on_message_complete()  # RFC 9112 §6.3: the close ends it
+            if response.head_done and response.close_delimited and exc is None:
+                # RFC 9112 §6.3: the close ends it; a reset (exc) is a cut, not a close.
+                response.on_message_complete()
             else:
                 response.fail(broken(response, "the connection closed before the answer ended"))
 
@@ -108,6 +135,14 @@ class Connection(asyncio.Protocol):
             raise _Unasked
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        response = self.response
+        assert response is not None
+        if response.head_done:
+            return  # a trailer: the engine reads none, and a server may send them forever
+        self._names_bytes += len(name) + len(value) + 4  # as sent: with ": " and CRLF
+        if self._names_bytes > MAX_HEAD:
+            response.fail(OwnHTTPError(f"an answer's head over {MAX_HEAD} bytes"))
+            raise _Refused
         # httptools joins a header's pieces (one spanning socket reads) before this.
         self._names.append((name.decode("latin-1"), value.decode("latin-1")))
 
@@ -125,6 +160,7 @@ class Connection(asyncio.Protocol):
     def on_body(self, body: bytes) -> None:
         response = self.response
         assert response is not None
+        self._body_bytes += len(body)
         response.feed(body)
         if response.held > response.high_water and not self._paused and self.transport:
             self._paused = True
@@ -149,6 +185,8 @@ class Connection(asyncio.Protocol):
         self._names = []
         self._interim = False
         self._head_bytes = 0
+        self._names_bytes = 0
+        self._framing_bytes = 0
         if read_timeout:
             self._head_due = self._pool.loop.time() + read_timeout
             if self._head_timer is None:
