@@ -9,7 +9,7 @@ from typing import Protocol, cast
 
 from multidict import CIMultiDict
 
-from .own_answer import HeadersTimeout, OwnHTTPError, OwnResponse, broken
+from .own_answer import HeadersTimeout, OwnBodyError, OwnHTTPError, OwnResponse, broken
 
 #: Where a connection goes: scheme, host, port, and the Host header to send.
 Origin = tuple[str, str, int, str]
@@ -30,12 +30,19 @@ class PoolSide(Protocol):
 
 
 #: Bytes an answer's status line and headers may take (aiohttp refuses a field over
-#: 8190): a server that streams headers without end is refused, not held.
+#: 8190): a server that streams headers without end is refused, not held. Also the
+#: bytes of framing a body may have between two of its bytes, or after its last (a
+#: chunk's size line and extensions, trailers): a server that streams trailers without
+#: end would otherwise be held, each one kept, until the reader's stall watch.
 MAX_HEAD = 64 * 1024
 
 
 class _Unasked(Exception):
     """Bytes past the end of the answer asked for (see ``on_message_begin``)."""
+
+
+class _Refused(Exception):
+    """A head refused while it was parsed (its answer has the error): parsing stops."""
 
 
 class Connection(asyncio.Protocol):
@@ -70,6 +77,14 @@ class Connection(asyncio.Protocol):
         #: Body bytes still to come of an answer framed by Content-Length; once its
         #: head is parsed they bypass the parser (see :meth:`_body_received`).
         self._left: int | None = None
+        #: Bytes of the header names and values parsed for the answer (its interim
+        #: answers' too): a head that came whole in the read that took it past MAX_HEAD
+        #: is refused by this count.
+        self._names_bytes = 0
+        #: Body bytes parsed (all answers'), and bytes received since the last of them
+        #: that held none (framing, see MAX_HEAD).
+        self._body_bytes = 0
+        self._framing_bytes = 0
 
     # --- asyncio.Protocol -------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -86,6 +101,7 @@ class Connection(asyncio.Protocol):
         if self._left:
             self._body_received(response, data)
             return
+        in_body, body_before = response.head_done, self._body_bytes
         try:
             self._parser.feed_data(data)
         except Exception as exc:  # httptools' HttpParserError, HttpParserUpgrade
@@ -99,6 +115,16 @@ class Connection(asyncio.Protocol):
             if self._head_bytes > MAX_HEAD:
                 response.fail(OwnHTTPError(f"an answer's head over {MAX_HEAD} bytes"))
                 self._drop()
+        elif in_body and not response.complete:
+            # Bytes that carried no body byte were framing: a run of them longer than
+            # any head is a server that never ends its body, only its bytes.
+            if self._body_bytes != body_before:
+                self._framing_bytes = 0
+            else:
+                self._framing_bytes += len(data)
+                if self._framing_bytes > MAX_HEAD:
+                    response.fail(OwnBodyError(f"body framing over {MAX_HEAD} bytes"))
+                    self._drop()
 
     def _body_received(self, response: OwnResponse, data: bytes) -> None:
         """Body bytes of an answer framed by Content-Length, its head parsed: handed on
@@ -130,8 +156,9 @@ class Connection(asyncio.Protocol):
         self._stop_watch()
         response = self.response
         if response is not None and not response.complete:
-            if response.head_done and response.close_delimited:
-                response.on_message_complete()  # RFC 9112 §6.3: the close ends it
+            if response.head_done and response.close_delimited and exc is None:
+                # RFC 9112 §6.3: the close ends it; a reset (exc) is a cut, not a close.
+                response.on_message_complete()
             else:
                 response.fail(broken(response, "the connection closed before the answer ended"))
 
@@ -153,6 +180,14 @@ class Connection(asyncio.Protocol):
             raise _Unasked
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        response = self.response
+        assert response is not None
+        if response.head_done:
+            return  # a trailer: the engine reads none, and a server may send them forever
+        self._names_bytes += len(name) + len(value) + 4  # as sent: with ": " and CRLF
+        if self._names_bytes > MAX_HEAD:
+            response.fail(OwnHTTPError(f"an answer's head over {MAX_HEAD} bytes"))
+            raise _Refused
         # httptools joins a header's pieces (one spanning socket reads) before this.
         self._names.append((name.decode("latin-1"), value.decode("latin-1")))
 
@@ -175,6 +210,7 @@ class Connection(asyncio.Protocol):
     def on_body(self, body: bytes) -> None:
         response = self.response
         assert response is not None
+        self._body_bytes += len(body)
         if self._left is not None:
             self._left -= len(body)
         self._feed(response, body)
@@ -206,6 +242,8 @@ class Connection(asyncio.Protocol):
         self._interim = False
         self._head_bytes = 0
         self._left = None
+        self._names_bytes = 0
+        self._framing_bytes = 0
         if read_timeout:
             self._head_due = self._pool.loop.time() + read_timeout
             if self._head_timer is None:
