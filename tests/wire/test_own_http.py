@@ -21,6 +21,7 @@ import pytest
 
 import asyncdl
 from asyncdl._wire import own_http
+from asyncdl._wire.body_reader import BodyReader
 from asyncdl._wire.own_connection import Connection
 from asyncdl._wire.own_http import OwnBodyError, OwnHTTPError, OwnPool, OwnResponse
 from asyncdl.errors import RetryableError
@@ -496,3 +497,25 @@ async def test_the_body_past_the_head_is_handed_on_as_the_transport_read_it() ->
         assert (await response.readchunk())[0] is chunk
     assert (await response.readchunk())[0] == b""
     pool.close()
+
+
+@pytest.mark.asyncio_internals  # asyncio transport's max_size; uvloop's has none
+@pytest.mark.parametrize(("size", "expected"), [(128 * 1024, 64 * 1024), (1024 * 1024, 256 * 1024)])
+async def test_a_body_read_half_a_write_at_a_time_reads_its_socket_so(
+    size: int, expected: int
+) -> None:
+    # As on aiohttp (tests/transfer/test_large_path.py): at high concurrency each of
+    # many bodies reads its socket half a write at a time, not 256 KiB, which was most
+    # of the bytes a response held at once. At the default (1 MiB writes) unchanged.
+    body = payload(4 * size)
+    async with _Server(lambda n: (_ok(body), False)) as server, _pool() as pool:
+        response = await pool.get(server.url, {})
+        with BodyReader(response, read_timeout=10.0, size=size) as reader:
+            assert response._conn is not None
+            transport: Any = response._conn.transport  # type: ignore[attr-defined]
+            assert transport.max_size == expected
+            pieces = []
+            while piece := await reader.read():
+                pieces.append(piece)
+        assert b"".join(pieces) == body
+        response.release()

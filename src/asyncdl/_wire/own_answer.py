@@ -23,6 +23,9 @@ class Carrier(Protocol):
     def finished(self, response: OwnResponse) -> None:
         """The answer was released or closed."""
 
+    def read_at_most(self, size: int) -> None:
+        """Read the socket ``size`` bytes at a time at most."""
+
 
 class OwnHTTPError(Exception):
     """An answer that could not be had: its status line or headers broke, or the
@@ -132,8 +135,13 @@ class OwnResponse:
             await self._wait()
 
     def hold_at_most(self, size: int) -> None:
-        """Stop reading the socket while more than ``size`` bytes wait for the reader."""
+        """Stop reading the socket while more than ``size`` bytes wait for the reader,
+        and read it ``size`` bytes at a time at most: at high concurrency a write is
+        small, and asyncio's 256 KiB reads, one new buffer each, were then most of the
+        bytes a response held at once."""
         self.high_water = max(size, 1)
+        if self._conn is not None:
+            self._conn.read_at_most(self.high_water)
 
     def is_eof(self) -> bool:
         """The whole body is here (or it failed): no read will wait."""

@@ -5,6 +5,7 @@ asked for, at most one at a time."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Protocol, cast
 
 from multidict import CIMultiDict
@@ -266,6 +267,16 @@ class Connection(asyncio.Protocol):
         if self._head_timer is not None:
             self._head_timer.cancel()
             self._head_timer = None
+
+    def read_at_most(self, size: int) -> None:
+        """Lower the transport's read size to ``size`` (asyncio's selector transports
+        have one, ``max_size``; uvloop's keep their own). Kept for the connection's
+        later answers: smaller reads do not harm them, and at the default concurrency
+        half a write is above 256 KiB, so nothing changes."""
+        current = getattr(self.transport, "max_size", None)
+        if isinstance(current, int) and current > size:
+            with contextlib.suppress(AttributeError, TypeError):
+                self.transport.max_size = size  # type: ignore[union-attr]
 
     def finished(self, response: OwnResponse) -> None:
         """The answer was released or closed: pooled if it ended cleanly, else closed."""
