@@ -198,6 +198,12 @@ class Connection(asyncio.Protocol):
         names, self._names = self._names, []
         if 100 <= status < 200:
             # An interim answer (103 Early Hints): the answer asked for comes after it.
+            if status not in (100, 101, 102, 103) and _frames_a_body(names):
+                # RFC 9110 §15.2: a 1xx has no content, yet llhttp reads one for a status
+                # it does not know when the head frames one: that body would be read
+                # into the answer's. What follows the head is not known: refused.
+                response.fail(OwnHTTPError(f"an interim answer ({status}) with a body"))
+                raise _Refused
             self._interim = True
             return
         headers = CIMultiDict(names)
@@ -292,3 +298,15 @@ class Connection(asyncio.Protocol):
 def _reason(exc: BaseException) -> str:
     text = str(exc)
     return text[:80] if text.isprintable() else type(exc).__name__
+
+
+def _frames_a_body(names: list[tuple[str, str]]) -> bool:
+    """Whether a head's fields give it a body: a Transfer-Encoding, or a Content-Length
+    other than 0 (llhttp accepts only digits there, and trailing blanks)."""
+    for name, value in names:
+        lowered = name.lower()
+        if lowered == "transfer-encoding":
+            return True
+        if lowered == "content-length" and value.strip(" \t").lstrip("0"):
+            return True
+    return False
