@@ -87,3 +87,275 @@ async def test_an_interim_answer_with_a_body_writes_nothing(tmp_path: Path) -> N
             await engine.download("b", "k", tmp_path / "k")
         assert time.monotonic() - started < 2.0  # refused, not timed out
     assert os.listdir(tmp_path) == []
+
+
+# -- the next answer on a connection after a bypassed body ----------------------------
+
+#: How an answer's bytes are cut into the server's writes (each a socket read of its own):
+#: the head alone, the head with some body, a body ending exactly at a read's end, the
+#: next head split too.
+_SPLITS = {
+    "head-alone": lambda whole, head: [whole[:head], whole[head:]],
+    "head-and-some-body": lambda whole, head: [whole[: head + 10], whole[head + 10 :]],
+    "body-in-three": lambda whole, head: [
+        whole[: head + 1],
+        whole[head + 1 : head + 5000],
+        whole[head + 5000 :],
+    ],
+    "head-in-two": lambda whole, head: [whole[:7], whole[7:head], whole[head:]],
+}
+
+
+@pytest.mark.parametrize("split", list(_SPLITS))
+async def test_answers_one_after_another_on_one_connection_each_parsed_from_its_start(
+    split: str,
+) -> None:
+    bodies = [payload(20_000 + n, seed=n) for n in range(3)]
+
+    async def script(n: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        for body in bodies:
+            await server.head(reader)
+            whole = ok(body)
+            await _write_apart(writer, *_SPLITS[split](whole, len(whole) - len(body)))
+        await reader.read()
+
+    async with _Scripted(script) as server, _pool() as pool:
+        for body in bodies:
+            response = await pool.get(server.endpoint + "/b/k", {})
+            assert response.status == 200
+            assert await _body(response) == body
+            response.release()
+        assert server.connections == 1
+
+
+@pytest.mark.parametrize("extra", [b"H", b"HTTP/1.1 2", ok(b"bad")])
+async def test_bytes_after_a_bypassed_body_in_its_last_read_drop_the_connection(
+    extra: bytes,
+) -> None:
+    async def script(n: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            await server.head(reader)
+            whole = ok(BODY)
+            await _write_apart(writer, whole[:100], whole[100:] + extra)
+
+    async with _Scripted(script) as server, _pool() as pool:
+        for _ in range(2):
+            response = await pool.get(server.endpoint + "/b/k", {})
+            assert await _body(response) == BODY  # the answer is whole, nothing more
+            response.release()
+            assert not pool._live
+        assert server.connections == 2
+
+
+async def test_a_content_length_of_zero_then_a_body_on_the_same_connection() -> None:
+    async def script(n: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        for body in (b"", BODY, b""):
+            await server.head(reader)
+            await _write_apart(writer, ok(body))
+        await reader.read()
+
+    async with _Scripted(script) as server, _pool() as pool:
+        for body in (b"", BODY, b""):
+            response = await pool.get(server.endpoint + "/b/k", {})
+            assert await _body(response) == body
+            response.release()
+        assert server.connections == 1
+
+
+async def test_an_interim_answer_then_a_bypassed_body() -> None:
+    async def script(n: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        for _ in range(2):
+            await server.head(reader)
+            whole = ok(BODY)
+            await _write_apart(
+                writer,
+                b"HTTP/1.1 100 Continue\r\n\r\n",
+                b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n" + whole[:50],
+                whole[50:1000],
+                whole[1000:],
+            )
+        await reader.read()
+
+    async with _Scripted(script) as server, _pool() as pool:
+        for _ in range(2):
+            response = await pool.get(server.endpoint + "/b/k", {})
+            assert response.status == 200
+            assert await _body(response) == BODY
+            response.release()
+        assert server.connections == 1
+
+
+@pytest.mark.parametrize(
+    "length", [b"Content-Length: 5 ", b"Content-Length: 5\t", b"Content-Length: 005"]
+)
+async def test_a_content_length_llhttp_accepts_frames_the_bypass(length: bytes) -> None:
+    async def script(n: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        for _ in range(2):
+            await server.head(reader)
+            await _write_apart(writer, b"HTTP/1.1 200 OK\r\n" + length + b"\r\n\r\n", b"hello")
+        await reader.read()
+
+    async with _Scripted(script) as server, _pool() as pool:
+        for _ in range(2):
+            response = await pool.get(server.endpoint + "/b/k", {})
+            assert await _body(response) == b"hello"
+            response.release()
+        assert server.connections == 1
+
+
+@pytest.mark.parametrize(
+    "length",
+    [
+        b"Content-Length: 5, 5",
+        b"Content-Length: 5\r\nContent-Length: 5",
+        b"Content-Length: 5\r\nContent-Length: 6",
+        b"Content-Length: +5",
+        b"Content-Length: 5 5",
+        b"Content-Length: -1",
+        b"Content-Length: 0x5",
+        b"Content-Length:",
+        b"Content-Length: 99999999999999999999999",
+        b"Content-Length : 5",
+    ],
+)
+async def test_a_content_length_llhttp_refuses_is_a_clear_error_at_once(length: bytes) -> None:
+    async def script(n: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await server.head(reader)
+        await _write_apart(writer, b"HTTP/1.1 200 OK\r\n" + length + b"\r\n\r\nhello")
+        await reader.read()
+
+    async with _Scripted(script) as server, _pool() as pool:
+        started = time.monotonic()
+        with pytest.raises(OwnHTTPError, match="bad framing"):
+            await pool.get(server.endpoint + "/b/k", {})
+        assert time.monotonic() - started < 1.0
+        assert await server.all_closed()
+
+
+# -- a body that does not come whole --------------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["reset", "close"])
+async def test_a_connection_ended_mid_bypass_is_a_broken_body(how: str) -> None:
+    async def script(n: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await server.head(reader)
+        whole = ok(BODY)
+        await _write_apart(writer, whole[:100], whole[100:-1])  # all but the last byte
+        if how == "reset":
+            reset(writer)
+        else:
+            writer.close()
+
+    async with _Scripted(script) as server, _pool() as pool:
+        response = await pool.get(server.endpoint + "/b/k", {})
+        with pytest.raises(OwnBodyError, match="closed before the answer ended"):
+            await _body(response)
+        assert not response.complete
+        assert not response.reusable
+        response.close()
+        assert not pool._live
+
+
+async def test_a_stall_verdict_mid_bypass_fails_the_body_and_its_connection() -> None:
+    go_on = asyncio.Event()
+
+    async def script(n: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await server.head(reader)
+        whole = ok(BODY)
+        await _write_apart(writer, whole[:100], whole[100:5000])
+        await go_on.wait()
+        await _write_apart(writer, whole[5000:])
+        await reader.read()
+
+    async with _Scripted(script) as server, _pool() as pool:
+        response = await pool.get(server.endpoint + "/b/k", {})
+        head_and_some = len(ok(BODY)) - len(BODY)
+        got = b""
+        while len(got) < 5000 - head_and_some:
+            got += (await response.readchunk())[0]
+        response.set_exception(RetryableError("no bytes for 1s"))
+        go_on.set()  # the rest of the body comes after the verdict
+        await asyncio.sleep(0.2)
+        with pytest.raises(RetryableError):
+            await _body(response)
+        assert not response.reusable
+        response.close()
+        assert not pool._live
+        assert await server.all_closed()
+
+
+async def test_an_answer_closed_mid_bypass_never_pools_its_connection() -> None:
+    async def script(n: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            await server.head(reader)
+            whole = ok(BODY)
+            await _write_apart(writer, whole[:100], whole[100:3000], whole[3000:])
+
+    async with _Scripted(script) as server, _pool() as pool:
+        response = await pool.get(server.endpoint + "/b/k", {})
+        await response.readchunk()
+        await response.readchunk()  # the first bypassed read
+        assert not response.complete
+        response.release()
+        assert not pool._live
+        assert await server.all_closed()
+        # The next GET is answered on a new connection, from its first byte.
+        response = await pool.get(server.endpoint + "/b/k", {})
+        assert await _body(response) == BODY
+        response.release()
+        assert server.connections == 2
+
+
+async def test_a_slow_reader_pauses_and_resumes_the_bypass() -> None:
+    body = payload(2_000_000)
+
+    async def script(n: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        for _ in range(2):
+            await server.head(reader)
+            writer.write(ok(body))
+            await writer.drain()
+        await reader.read()
+
+    async with _Scripted(script) as server, _pool() as pool:
+        for _ in range(2):
+            response = await pool.get(server.endpoint + "/b/k", {})
+            response.hold_at_most(1000)
+            conn: Any = response._conn
+            pieces, paused = [], False
+            while piece := (await response.readchunk())[0]:
+                pieces.append(piece)
+                await asyncio.sleep(0.001)
+                paused = paused or conn._paused  # the socket read while the reader slept
+                # Never more held than one socket read past the mark: the read was paused.
+                assert response.held <= 1000 + 256 * 1024
+            assert b"".join(pieces) == body
+            assert paused
+            response.release()
+        assert server.connections == 1
+
+
+async def test_bytes_after_a_whole_body_given_a_stall_verdict_are_not_a_second_answer() -> None:
+    # A verdict (``set_exception``) on a body already whole marks it not complete: bytes
+    # that come after it are still past the answer's end, never an answer read into it.
+    go_on = asyncio.Event()
+
+    async def script(n: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await server.head(reader)
+        whole = ok(BODY)
+        await _write_apart(writer, whole[:100], whole[100:])
+        await go_on.wait()
+        await _write_apart(writer, b"HTTP/1.1 404 Not Found\r\nContent-Length: 3\r\n\r\nbad")
+        await reader.read()
+
+    async with _Scripted(script) as server, _pool() as pool:
+        response = await pool.get(server.endpoint + "/b/k", {})
+        assert await _body(response) == BODY
+        response.set_exception(RetryableError("no bytes for 1s"))
+        go_on.set()
+        await asyncio.sleep(0.2)
+        assert (response.status, response.headers["ETag"]) == (200, '"v1"')
+        with pytest.raises(RetryableError):
+            await response.readchunk()  # nothing more: "bad" is no byte of this body
+        assert not pool._live
+        assert await server.all_closed()
+        response.close()

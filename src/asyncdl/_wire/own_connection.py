@@ -85,6 +85,10 @@ class Connection(asyncio.Protocol):
         #: that held none (framing, see MAX_HEAD).
         self._body_bytes = 0
         self._framing_bytes = 0
+        #: The answer asked for ended where its framing says: whatever comes after is
+        #: nobody's. Not the answer's ``complete``, which a stall verdict unsets
+        #: (``OwnResponse.set_exception``) on a body that had come whole.
+        self._ended = False
 
     # --- asyncio.Protocol -------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -93,7 +97,7 @@ class Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         response = self.response
-        if response is None or response.complete:
+        if response is None or response.complete or self._ended:
             # Bytes nobody asked for (after an answer, or on an idle connection): the
             # connection's framing is no longer known.
             self._drop()
@@ -138,7 +142,7 @@ class Connection(asyncio.Protocol):
             # The answer is whole; the connection's framing is no longer known.
             self._left = 0
             self._feed(response, data[:left])
-            response.on_message_complete()
+            self._end(response)
             self._drop()
             return
         self._left = left - len(data)
@@ -148,7 +152,7 @@ class Connection(asyncio.Protocol):
             # The parser stopped mid-body: the next answer on this connection is read by
             # a new one.
             self._parser = type(self._parser)(self)
-            response.on_message_complete()
+            self._end(response)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
@@ -173,7 +177,7 @@ class Connection(asyncio.Protocol):
         response = self.response
         if self._interim:
             self._interim = False
-        elif response is None or response.complete:
+        elif response is None or response.complete or self._ended:
             # A second answer in the bytes that ended this one: nobody asked for it (an
             # answer is never read into the one before). Stop parsing; the connection
             # is dropped (see data_received) and the answer already had is kept.
@@ -232,7 +236,11 @@ class Connection(asyncio.Protocol):
         assert response is not None
         if not self._interim:
             self._left = None
-            response.on_message_complete()
+            self._end(response)
+
+    def _end(self, response: OwnResponse) -> None:
+        self._ended = True
+        response.on_message_complete()
 
     # --- the pool's side --------------------------------------------------------------
     def reading_wanted(self) -> None:
@@ -250,6 +258,7 @@ class Connection(asyncio.Protocol):
         self._left = None
         self._names_bytes = 0
         self._framing_bytes = 0
+        self._ended = False
         if read_timeout:
             self._head_due = self._pool.loop.time() + read_timeout
             if self._head_timer is None:
