@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import ssl
 import time
 from pathlib import Path
 from typing import Any
@@ -21,13 +22,14 @@ import pytest
 
 import asyncdl
 from asyncdl._wire import own_http
-from asyncdl._wire.own_http import OwnBodyError, OwnHTTPError
+from asyncdl._wire.own_http import OwnBodyError, OwnHTTPError, OwnPool
 from asyncdl.errors import RetryableError
 from asyncdl.testing.moto_server import FAKE_ENV
 from asyncdl.testing.tcp_proxy import Fault, TcpProxy
 
 from ..conftest import payload
 from .test_own_http_attack import BODY, _body, _engine, _pool, _Scripted, ok, reset
+from .test_url_session import certificate
 
 
 @pytest.fixture
@@ -182,6 +184,31 @@ async def test_an_interim_answer_then_a_bypassed_body() -> None:
             assert await _body(response) == BODY
             response.release()
         assert server.connections == 1
+
+
+@pytest.mark.parametrize(
+    ("version", "pooled"),
+    [(b"HTTP/1.0", False), (b"HTTP/1.0 keep-alive", True), (b"HTTP/1.1 close", False)],
+)
+async def test_a_bypassed_body_is_pooled_only_where_its_answer_keeps_alive(
+    version: bytes, pooled: bool
+) -> None:
+    line, _, connection = version.partition(b" ")
+    head = line + b" 200 OK\r\nContent-Length: %d\r\n" % len(BODY)
+    if connection:
+        head += b"Connection: " + connection + b"\r\n"
+
+    async def script(n: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            await server.head(reader)
+            await _write_apart(writer, head + b"\r\n" + BODY[:10], BODY[10:])
+
+    async with _Scripted(script) as server, _pool() as pool:
+        for _ in range(2):
+            response = await pool.get(server.endpoint + "/b/k", {})
+            assert await _body(response) == BODY
+            response.release()
+        assert server.connections == (1 if pooled else 2)
 
 
 @pytest.mark.parametrize(
@@ -438,3 +465,35 @@ async def test_downloads_through_the_bypass_survive_a_fault_mid_body(
         assert pool.sent == len(gets) > len(bodies)
     for key, body in bodies.items():
         assert (tmp_path / key).read_bytes() == body
+
+
+async def test_bypassed_bodies_over_tls_with_a_slow_reader_and_keep_alive(
+    tmp_path: Path,
+) -> None:
+    # TLS hands the protocol what it decrypted, in reads of its own sizes, and pauses
+    # reading through its own layer: the bypass must end each body where it ends.
+    bundle, server_tls = certificate(tmp_path, "origin")
+    bodies = [payload(700_000 + n, seed=n) for n in range(3)]
+
+    async def script(n: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        for body in bodies:
+            await server.head(reader)
+            writer.write(ok(body))
+            await writer.drain()
+        await reader.read()
+
+    pool = OwnPool(ssl.create_default_context(cafile=str(bundle)), 5.0, 5.0)
+    try:
+        async with _Scripted(script, tls=server_tls) as server:
+            for body in bodies:
+                response = await pool.get(server.endpoint + "/b/k", {})
+                response.hold_at_most(10_000)
+                pieces = []
+                while piece := (await response.readchunk())[0]:
+                    pieces.append(piece)
+                    await asyncio.sleep(0.001)
+                assert b"".join(pieces) == body
+                response.release()
+            assert server.connections == 1
+    finally:
+        pool.close()
