@@ -86,6 +86,10 @@ class Connection(asyncio.Protocol):
         #: that held none (framing, see MAX_HEAD).
         self._body_bytes = 0
         self._framing_bytes = 0
+        #: The answer asked for ended where its framing says: whatever comes after is
+        #: nobody's. Not the answer's ``complete``, which a stall verdict unsets
+        #: (``OwnResponse.set_exception``) on a body that had come whole.
+        self._ended = False
 
     # --- asyncio.Protocol -------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -94,7 +98,7 @@ class Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         response = self.response
-        if response is None or response.complete:
+        if response is None or response.complete or self._ended:
             # Bytes nobody asked for (after an answer, or on an idle connection): the
             # connection's framing is no longer known.
             self._drop()
@@ -139,7 +143,7 @@ class Connection(asyncio.Protocol):
             # The answer is whole; the connection's framing is no longer known.
             self._left = 0
             self._feed(response, data[:left])
-            response.on_message_complete()
+            self._end(response)
             self._drop()
             return
         self._left = left - len(data)
@@ -149,7 +153,7 @@ class Connection(asyncio.Protocol):
             # The parser stopped mid-body: the next answer on this connection is read by
             # a new one.
             self._parser = type(self._parser)(self)
-            response.on_message_complete()
+            self._end(response)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
@@ -174,7 +178,7 @@ class Connection(asyncio.Protocol):
         response = self.response
         if self._interim:
             self._interim = False
-        elif response is None or response.complete:
+        elif response is None or response.complete or self._ended:
             # A second answer in the bytes that ended this one: nobody asked for it (an
             # answer is never read into the one before). Stop parsing; the connection
             # is dropped (see data_received) and the answer already had is kept.
@@ -199,6 +203,12 @@ class Connection(asyncio.Protocol):
         names, self._names = self._names, []
         if 100 <= status < 200:
             # An interim answer (103 Early Hints): the answer asked for comes after it.
+            if status not in (100, 101, 102, 103) and _frames_a_body(names):
+                # RFC 9110 §15.2: a 1xx has no content, yet llhttp reads one for a status
+                # it does not know when the head frames one: that body would be read
+                # into the answer's. What follows the head is not known: refused.
+                response.fail(OwnHTTPError(f"an interim answer ({status}) with a body"))
+                raise _Refused
             self._interim = True
             return
         headers = CIMultiDict(names)
@@ -227,7 +237,11 @@ class Connection(asyncio.Protocol):
         assert response is not None
         if not self._interim:
             self._left = None
-            response.on_message_complete()
+            self._end(response)
+
+    def _end(self, response: OwnResponse) -> None:
+        self._ended = True
+        response.on_message_complete()
 
     # --- the pool's side --------------------------------------------------------------
     def reading_wanted(self) -> None:
@@ -245,6 +259,7 @@ class Connection(asyncio.Protocol):
         self._left = None
         self._names_bytes = 0
         self._framing_bytes = 0
+        self._ended = False
         if read_timeout:
             self._head_due = self._pool.loop.time() + read_timeout
             if self._head_timer is None:
@@ -303,3 +318,15 @@ class Connection(asyncio.Protocol):
 def _reason(exc: BaseException) -> str:
     text = str(exc)
     return text[:80] if text.isprintable() else type(exc).__name__
+
+
+def _frames_a_body(names: list[tuple[str, str]]) -> bool:
+    """Whether a head's fields give it a body: a Transfer-Encoding, or a Content-Length
+    other than 0 (llhttp accepts only digits there, and trailing blanks)."""
+    for name, value in names:
+        lowered = name.lower()
+        if lowered == "transfer-encoding":
+            return True
+        if lowered == "content-length" and value.strip(" \t").lstrip("0"):
+            return True
+    return False

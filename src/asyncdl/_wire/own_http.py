@@ -17,7 +17,7 @@ ended where its framing says (Content-Length reached, or the last chunk), the se
 did not ask to close, and nothing came after it; any other is closed. A reused
 connection that the server had closed before it answered (an idle keep-alive it
 dropped) is retried once on a new one: the request is a GET. An interim (1xx) answer
-is passed over; a head over
+is passed over (one whose head frames a body is refused); a head over
 :data:`~asyncdl._wire.own_connection.MAX_HEAD` bytes is refused, and so is a body
 whose framing (chunk extensions, trailers) runs that long with no body byte. A body
 with neither a length nor chunked framing ends where the connection closes cleanly: a
