@@ -271,6 +271,9 @@ def translate(exc: BaseException, *, bucket: str, key: str, attempts: int = 1) -
         # aiohttp quotes what it could not parse: any bytes, a request a peer echoed.
         cause = scrubbed(str(exc)) or type(exc).__name__
         return DownloadError(f"transfer failed{tried}: {cause}", **where)
+    if isinstance(exc, botocore_errors.SSLError):
+        # An OSError too (through requests' exceptions): not the disk's, and not retried.
+        return DownloadError(f"TLS failed: {scrubbed(str(exc))}", **where)
     if isinstance(exc, OSError):
         return DownloadError(f"local file error: {scrubbed(str(exc))}", **where)
     return DownloadError(f"unexpected error {describe(exc)}", **where)

@@ -357,6 +357,10 @@ async def test_a_certificate_not_trusted_fails_as_botocore_s_ssl_error(tmp_path:
             await engine.download("b", "k", target / "k")
         assert time.monotonic() - started < 2.0
     assert any(isinstance(cause, SSLError) for cause in _causes(raised.value))
+    # Said as what it is: botocore's SSLError is an OSError, once taken for the disk's.
+    assert "local file" not in str(raised.value)
+    assert "TLS failed: SSL validation failed" in str(raised.value)
+    assert "CERTIFICATE_VERIFY_FAILED" in str(raised.value)
     assert server.requests == 0  # no request went out, in plain or otherwise
     assert os.listdir(target) == []
 
