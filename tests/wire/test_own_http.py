@@ -12,8 +12,7 @@ import asyncio
 import contextlib
 import os
 import ssl
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,8 @@ from asyncdl.errors import RetryableError
 from asyncdl.testing.tcp_proxy import TcpProxy
 
 from ..conftest import payload
+from .own_http_support import own_pool as _pool
+from .own_http_support import read_body as _body
 from .test_url_session import certificate
 
 #: What a server does with one request on a connection: the bytes it writes back, then
@@ -100,24 +101,6 @@ def _ok(body: bytes, **headers: str) -> bytes:
     lines = [b"HTTP/1.1 200 OK", b"Content-Length: %d" % len(body)]
     lines += [f"{name}: {value}".encode() for name, value in headers.items()]
     return b"\r\n".join(lines) + b"\r\n\r\n" + body
-
-
-@asynccontextmanager
-async def _pool(
-    read_timeout: float = 5.0, tls: Any = True, limit: int | None = None
-) -> AsyncIterator[OwnPool]:
-    pool = OwnPool(tls, 5.0, read_timeout, limit=limit)
-    try:
-        yield pool
-    finally:
-        pool.close()
-
-
-async def _body(response: OwnResponse) -> bytes:
-    pieces = []
-    while piece := (await response.readchunk())[0]:
-        pieces.append(piece)
-    return b"".join(pieces)
 
 
 async def test_a_connection_is_kept_for_the_next_get_once_its_answer_ended() -> None:

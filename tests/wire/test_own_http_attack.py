@@ -18,8 +18,7 @@ import socket
 import ssl
 import struct
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +28,12 @@ from aiobotocore.session import get_session
 from botocore.exceptions import SSLError
 
 import asyncdl
-from asyncdl._wire.own_http import OwnBodyError, OwnHTTPError, OwnPool, OwnResponse
+from asyncdl._wire.own_http import OwnBodyError, OwnHTTPError, OwnPool
 from asyncdl.testing.moto_server import FAKE_ENV
 
 from ..conftest import payload
+from .own_http_support import own_pool as _pool
+from .own_http_support import read_body as _body
 from .test_url_session import certificate
 
 #: What a server does on one connection: its number (from 1), then the connection.
@@ -116,22 +117,6 @@ def ok(body: bytes, *headers: bytes) -> bytes:
     return b"\r\n".join(
         [b"HTTP/1.1 200 OK", b'ETag: "v1"', b"Content-Length: %d" % len(body), *headers]
     ) + (b"\r\n\r\n" + body)
-
-
-@asynccontextmanager
-async def _pool(read_timeout: float = 5.0, limit: int | None = None) -> AsyncIterator[OwnPool]:
-    pool = OwnPool(True, 5.0, read_timeout, limit=limit)
-    try:
-        yield pool
-    finally:
-        pool.close()
-
-
-async def _body(response: OwnResponse) -> bytes:
-    pieces = []
-    while piece := (await response.readchunk())[0]:
-        pieces.append(piece)
-    return b"".join(pieces)
 
 
 @pytest.fixture
@@ -251,6 +236,8 @@ async def test_a_whole_head_over_its_limit_is_refused(interim: bytes) -> None:
 
 #: Answers to a GET that no file may come of.
 _REFUSED = {
+    # A 1xx has no content (RFC 9110 §15.2): one whose head frames a body is refused.
+    "interim-with-a-body": b"HTTP/1.1 150 Odd\r\nContent-Length: 3\r\n\r\nabc" + ok(BODY),
     "two-lengths": ok(BODY[:10], b"Content-Length: 12"),
     "length-and-chunked": ok(BODY[:10], b"Transfer-Encoding: chunked"),
     "negative-length": b'HTTP/1.1 200 OK\r\nETag: "v1"\r\nContent-Length: -10\r\n\r\n',

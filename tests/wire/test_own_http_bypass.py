@@ -28,7 +28,9 @@ from asyncdl.testing.moto_server import FAKE_ENV
 from asyncdl.testing.tcp_proxy import Fault, TcpProxy
 
 from ..conftest import payload
-from .test_own_http_attack import BODY, _body, _engine, _pool, _Scripted, ok, reset
+from .own_http_support import own_pool as _pool
+from .own_http_support import read_body as _body
+from .test_own_http_attack import BODY, _engine, _Scripted, ok, reset
 from .test_url_session import certificate
 
 
@@ -72,22 +74,6 @@ async def test_an_interim_answer_with_a_body_is_refused_not_read_into_the_answer
             await pool.get(server.endpoint + "/b/k", {})
         assert not pool._live
         assert await server.all_closed()
-
-
-@pytest.mark.usefixtures("aws_env")
-async def test_an_interim_answer_with_a_body_writes_nothing(tmp_path: Path) -> None:
-    async def script(n: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while True:
-            await server.head(reader)
-            writer.write(_INTERIM_WITH_BODY["content-length"] + ok(BODY))
-            await writer.drain()
-
-    async with _Scripted(script) as server, _engine(server.endpoint) as engine:
-        started = time.monotonic()
-        with pytest.raises(asyncdl.DownloadError):
-            await engine.download("b", "k", tmp_path / "k")
-        assert time.monotonic() - started < 2.0  # refused, not timed out
-    assert os.listdir(tmp_path) == []
 
 
 # -- the next answer on a connection after a bypassed body ----------------------------
