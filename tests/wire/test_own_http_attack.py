@@ -28,6 +28,7 @@ from aiobotocore.session import get_session
 from botocore.exceptions import SSLError
 
 import asyncdl
+from asyncdl._wire import own_http
 from asyncdl._wire.own_http import OwnBodyError, OwnHTTPError, OwnPool
 from asyncdl.testing.moto_server import FAKE_ENV
 
@@ -40,6 +41,13 @@ from .test_url_session import certificate
 Script = Callable[[int, asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
 BODY = payload(100_000)
+
+
+@pytest.fixture(autouse=True)
+def _the_own_client(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Tests of the own client: under ASYNCDL_OWN_HTTP=0 (nox -s tests_aiohttp_gets) its
+    # engine-level tests would test aiohttp instead.
+    monkeypatch.setattr(own_http, "ENABLED", True)
 
 
 class _Scripted:

@@ -34,6 +34,13 @@ from .test_own_http_attack import BODY, _engine, _Scripted, ok, reset
 from .test_url_session import certificate
 
 
+@pytest.fixture(autouse=True)
+def _the_own_client(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Tests of the own client: under ASYNCDL_OWN_HTTP=0 (nox -s tests_aiohttp_gets) its
+    # engine-level tests would test aiohttp instead.
+    monkeypatch.setattr(own_http, "ENABLED", True)
+
+
 @pytest.fixture
 def aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for name, value in FAKE_ENV.items():
