@@ -417,12 +417,6 @@ async def test_a_206_whose_length_disagrees_with_its_range_writes_nothing(
     assert os.listdir(tmp_path) == []
 
 
-@pytest.fixture
-def own_client_on(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(own_http, "ENABLED", True)
-
-
-@pytest.mark.usefixtures("own_client_on")
 @pytest.mark.parametrize("fault", ["cut", "stall", "corrupt"])
 async def test_downloads_through_the_bypass_survive_a_fault_mid_body(
     fault: str, s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path

@@ -136,21 +136,24 @@ class BodyReader:
         #: Bytes aiohttp may hold ahead of the reader; the bytes asked of a body that
         #: is not aiohttp's (it has no pieces of its own).
         self._size = size
-        raw = _response_of(body)  # once per body: the stream is the answer's content
-        self._stream: aiohttp.StreamReader | OwnResponse | None = _content_of(raw)
+        self._stream: aiohttp.StreamReader | OwnResponse | None
         if type(body) is OwnResponse:  # the engine's own client: the answer is its body
             self._stream = body
-        #: aiohttp holds the whole body already (a tiny object's, often): no read can
-        #: wait, nor hold more than there is, so it needs no stall watch and no limits.
-        self._whole = self._stream is not None and self._stream.is_eof()
-        if type(body) is OwnResponse and not self._whole:
-            body.hold_at_most(size // 2)
-        elif raw is not None and isinstance(self._stream, aiohttp.StreamReader) and not self._whole:
-            # Half a write's worth waiting in aiohttp, and socket reads of that much at
-            # most: with the write being gathered and the one in flight, a response
-            # holds about two writes' worth (see parts.write_target).
-            _hold_at_most(self._stream, size // 2)
-            _read_at_most(raw, size // 2)
+            #: The whole body is here already (a tiny object's, often): no read can
+            #: wait, nor hold more than there is, so it needs no stall watch and no limits.
+            self._whole = body.is_eof()
+            if not self._whole:
+                body.hold_at_most(size // 2)
+        else:
+            raw = _response_of(body)  # once per body: the stream is the answer's content
+            self._stream = _content_of(raw)
+            self._whole = self._stream is not None and self._stream.is_eof()
+            if raw is not None and self._stream is not None and not self._whole:
+                # Half a write's worth waiting in aiohttp, and socket reads of that much
+                # at most: with the write being gathered and the one in flight, a
+                # response holds about two writes' worth (see parts.write_target).
+                _hold_at_most(self._stream, size // 2)
+                _read_at_most(raw, size // 2)
         self._loop = asyncio.get_running_loop()
         self._last = self._loop.time()
         self._paused = False
