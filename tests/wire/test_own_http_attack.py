@@ -30,7 +30,6 @@ from botocore.exceptions import SSLError
 import asyncdl
 from asyncdl._wire import own_http
 from asyncdl._wire.own_http import OwnBodyError, OwnHTTPError, OwnPool
-from asyncdl.testing.moto_server import FAKE_ENV
 
 from ..conftest import payload
 from .own_http_support import own_pool as _pool
@@ -125,12 +124,6 @@ def ok(body: bytes, *headers: bytes) -> bytes:
     return b"\r\n".join(
         [b"HTTP/1.1 200 OK", b'ETag: "v1"', b"Content-Length: %d" % len(body), *headers]
     ) + (b"\r\n\r\n" + body)
-
-
-@pytest.fixture
-def aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name, value in FAKE_ENV.items():
-        monkeypatch.setenv(name, value)
 
 
 def _engine(endpoint: str, **config: Any) -> asyncdl.Engine:

@@ -24,7 +24,6 @@ import asyncdl
 from asyncdl._wire import own_http
 from asyncdl._wire.own_http import OwnBodyError, OwnHTTPError, OwnPool
 from asyncdl.errors import RetryableError
-from asyncdl.testing.moto_server import FAKE_ENV
 from asyncdl.testing.tcp_proxy import Fault, TcpProxy
 
 from ..conftest import payload
@@ -39,12 +38,6 @@ def _the_own_client(monkeypatch: pytest.MonkeyPatch) -> None:
     # Tests of the own client: under ASYNCDL_OWN_HTTP=0 (nox -s tests_aiohttp_gets) its
     # engine-level tests would test aiohttp instead.
     monkeypatch.setattr(own_http, "ENABLED", True)
-
-
-@pytest.fixture
-def aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name, value in FAKE_ENV.items():
-        monkeypatch.setenv(name, value)
 
 
 async def _write_apart(writer: asyncio.StreamWriter, *pieces: bytes) -> None:

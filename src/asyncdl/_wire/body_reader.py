@@ -109,6 +109,36 @@ def _read_at_most(response: aiohttp.ClientResponse, size: int) -> None:
             transport.max_size = size
 
 
+def _close_delimited_connection(raw: aiohttp.ClientResponse) -> Any:
+    """The connection (aiohttp's protocol) under an answer whose body only the
+    connection's end delimits (no Content-Length, not chunked), or ``None``.
+
+    A clean close ends such a body (RFC 9112 §6.3); a reset cuts it. aiohttp ends the
+    body at either (its protocol feeds the parser its end whatever ended the
+    connection), so the reader asks the protocol at the body's end: aiohttp keeps how
+    the connection ended as the protocol's exception, a ``ServerDisconnectedError``
+    for a clean close, the socket's error for a cut. The answer keeps its protocol
+    once its connection is released (at the body's end)."""
+    headers = raw.headers
+    if (
+        "Content-Length" in headers
+        or "chunked" in headers.get("Transfer-Encoding", "").lower()
+        or raw.status in (204, 304)
+        or raw.method == "HEAD"
+    ):
+        return None
+    protocol = getattr(raw, "_protocol", None)
+    return protocol if callable(getattr(protocol, "exception", None)) else None
+
+
+def _cut(connection: Any) -> BaseException | None:
+    """What cut a close-delimited body's connection, ``None`` if a clean close ended it."""
+    ended = connection.exception()
+    if ended is None or isinstance(ended, aiohttp.ServerDisconnectedError):
+        return None
+    return ended if isinstance(ended, BaseException) else None
+
+
 #: A body that broke: aiohttp's parser found its framing wrong (the pure-Python parser
 #: raises that as it is; the C one as a payload error), or its connection was cut.
 _BROKEN_BODY = (
@@ -137,6 +167,9 @@ class BodyReader:
         #: is not aiohttp's (it has no pieces of its own).
         self._size = size
         self._stream: aiohttp.StreamReader | OwnResponse | None
+        #: The connection whose end ends the body, on aiohttp (see
+        #: :func:`_close_delimited_connection`); the own client judges its own.
+        self._ended_by: Any = None
         if type(body) is OwnResponse:  # the engine's own client: the answer is its body
             self._stream = body
             #: The whole body is here already (a tiny object's, often): no read can
@@ -148,6 +181,8 @@ class BodyReader:
             raw = _response_of(body)  # once per body: the stream is the answer's content
             self._stream = _content_of(raw)
             self._whole = self._stream is not None and self._stream.is_eof()
+            if raw is not None and self._stream is not None:
+                self._ended_by = _close_delimited_connection(raw)
             if raw is not None and self._stream is not None and not self._whole:
                 # Half a write's worth waiting in aiohttp, and socket reads of that much
                 # at most: with the write being gathered and the one in flight, a
@@ -194,6 +229,11 @@ class BodyReader:
                         break
         except _BROKEN_BODY as exc:
             broken = RetryableError(f"the body broke off: {describe(exc)}")
+        else:
+            if not data and self._ended_by is not None and (cut := _cut(self._ended_by)):
+                broken = RetryableError(
+                    f"the body broke off: its connection was cut before its end: {describe(cut)}"
+                )
         if broken is not None:
             # Raised out here, so not even as a context: the parser's error holds the
             # bytes it quotes.
