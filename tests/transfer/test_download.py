@@ -12,6 +12,7 @@ import pytest
 
 import asyncdl
 from asyncdl._files.writer import TempFile
+from asyncdl._transfer import parts
 from asyncdl.testing.tcp_proxy import Fault, RequestRecord, TcpProxy
 
 from ..conftest import CHUNK, gets, gone_within_a_second, make_client, payload, temp_files
@@ -373,6 +374,10 @@ async def test_cancellation_removes_the_temp_file(
     assert target.read_bytes() == b"old"
 
 
+async def _not_taken(*args: Any, **kwargs: Any) -> bool:
+    return False
+
+
 async def test_bodies_are_written_in_bounded_pieces(
     client: Any, s3: Any, bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -388,6 +393,9 @@ async def test_bodies_are_written_in_bounded_pieces(
         return await original(self, offset, pieces, crc, previous)
 
     monkeypatch.setattr(TempFile, "write_chunks", recording)
+    # The pieces' way: a body's rest written straight from the socket is bounded by
+    # its own buffer (tests/transfer/test_body_into_file.py).
+    monkeypatch.setattr(parts, "write_rest", _not_taken)
     config = asyncdl.TransferConfig(chunk_size=CHUNK, write_size=4096)
     async with asyncdl.Engine(client, config=config) as engine:
         await engine.download(bucket, "k", tmp_path / "k")

@@ -11,6 +11,7 @@ import pytest
 
 import asyncdl
 from asyncdl._files.writer import TempFile
+from asyncdl._transfer import body_into_file, parts
 from asyncdl._transfer.verify import Verifier
 from asyncdl._wire.checksums import ExpectedChecksum, crc_function, encode_crc, every_crc
 from asyncdl.testing.tcp_proxy import Fault, RequestRecord, TcpProxy
@@ -30,7 +31,19 @@ def crcs_per_part(monkeypatch: pytest.MonkeyPatch) -> dict[int, set[int]]:
         seen.setdefault(offset // CHUNK * CHUNK, set()).add(count)
         return await original(self, offset, chunks, crc, previous)
 
+    # A body's rest written straight from the socket (body_into_file) runs its CRC there.
+    original_rest = body_into_file.write_rest
+
+    async def recording_rest(body: Any, fd: int, offset: int, reader: Any, **kw: Any) -> bool:
+        taken: bool = await original_rest(body, fd, offset, reader, **kw)
+        if taken:
+            crc = kw["crc"]
+            count = 3 if crc is every_crc else 0 if crc is None else 1
+            seen.setdefault(offset // CHUNK * CHUNK, set()).add(count)
+        return taken
+
     monkeypatch.setattr(TempFile, "write_chunks", recording)
+    monkeypatch.setattr(parts, "write_rest", recording_rest)
     return seen
 
 

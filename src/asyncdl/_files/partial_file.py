@@ -261,6 +261,9 @@ class PartialFile(TempFile):
             raise
         return fd
 
+    def _plain(self) -> bool:
+        return False  # each write appends its journal line
+
     def _writes_on_loop(self) -> bool:
         """With ``fsync=True`` each write syncs the file to the disk before its journal
         line: never on the event loop."""

@@ -34,7 +34,7 @@ import errno
 import os
 import stat
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -221,6 +221,30 @@ class TempFile:
     def _writes_on_loop(self) -> bool:
         """Whether a write may run on the event loop while writes are quick: yes, as
         it only copies into the page cache (``fsync`` syncs once, at commit)."""
+        return True
+
+    @contextlib.contextmanager
+    def plain_writes(self) -> Iterator[int | None]:
+        """The open file's descriptor, for writes made without this object (a body
+        written straight from the socket, ``asyncdl._wire.own_direct``), or ``None``
+        when a write must go through it (not open yet, discarded, or writes that do
+        more than write: see :meth:`_plain`). The file is not closed while the
+        block runs: its descriptor cannot name another file meanwhile."""
+        if not self.opened or not self._plain():
+            yield None
+            return
+        try:
+            self._enter()
+        except _Discarded:
+            yield None
+            return
+        try:
+            yield self._fd
+        finally:
+            self._leave()
+
+    def _plain(self) -> bool:
+        """Whether a write is only a write (a partial's also journals it)."""
         return True
 
     def _write_sync(

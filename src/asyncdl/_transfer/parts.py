@@ -16,12 +16,14 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .._wire.body_reader import BodyReader, SpooledBody, held_after_failure
+from .._wire.own_answer import OwnResponse
 from .._wire.ranges import ByteRange, plan_ranges
 from .._wire.retry import after_failure
 from .._wire.s3_source import UNKNOWN_LENGTH, Response, S3Object
 from ..config import KiB, MiB, TransferConfig
 from ..errors import ObjectChangedError, RetryableError, translate
 from ..progress import Reporter
+from .body_into_file import write_rest
 from .context import Context
 from .verify import Verifier
 
@@ -279,6 +281,10 @@ async def _drain(fetch: Fetch, response: Response, part: Part) -> None:
     with BodyReader(response.body, config.read_timeout, target, bandwidth) as reader:
         writes = _Writes(fetch, part, reader, report=not spooled)
         skip = part.pos - body_start  # > 0: the whole object sent again, partly on disk
+        # The rest of the body may go straight from the socket into the file once
+        # the pieces already here are taken (see _write_rest).
+        body = response.body
+        divert = type(body) is OwnResponse and not (cut or skip or bandwidth or fetch.each_piece)
         try:
             while (not cut or part.pos + writes.size < limit) and (chunk := await reader.read()):
                 if skip > 0:
@@ -286,7 +292,12 @@ async def _drain(fetch: Fetch, response: Response, part: Part) -> None:
                 if cut:
                     chunk = chunk[: limit - part.pos - writes.size]  # a copy at the end only
                 writes.add(chunk, limit)
-                if writes.size >= flush_at:
+                if divert and body.held == 0 and not body.complete:
+                    divert = False
+                    del chunk
+                    await writes.flush()
+                    await _write_rest(fetch, body, part, reader)
+                elif writes.size >= flush_at:
                     del chunk  # held by the write only: it is freed when written
                     await writes.flush()
             if skip > 0:
@@ -308,6 +319,34 @@ async def _drain(fetch: Fetch, response: Response, part: Part) -> None:
         # aiobotocore checks Content-Length at EOF; this guards a body without one (a
         # close-delimited 206 cut by its close): a cut, resumed from where it ended.
         raise RetryableError(f"body ended at byte {part.pos}, expected {limit}")
+
+
+async def _write_rest(fetch: Fetch, body: OwnResponse, part: Part, reader: BodyReader) -> None:
+    """The rest of the body straight from the socket into the file, if the sink is a
+    file written plainly (see ``body_into_file``); else nothing (it is read as pieces)."""
+    plain_writes = getattr(fetch.sink, "plain_writes", None)
+    if plain_writes is None:
+        return
+    counters = fetch.ctx.counters
+
+    def advance(size: int, crc: Any) -> None:
+        part.pos += size
+        part.crc = crc
+        counters.bytes += size
+
+    with plain_writes() as fd:
+        if fd is not None:
+            report = fetch.progress.add if fetch.progress.callback is not None else None
+            await write_rest(
+                body,
+                fd,
+                part.pos,
+                reader,
+                crc=part.crc_fn,
+                crc_value=part.crc,
+                advance=advance,
+                report=report,
+            )
 
 
 def write_target(config: TransferConfig) -> int:

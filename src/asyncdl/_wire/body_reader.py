@@ -260,6 +260,11 @@ class BodyReader:
             raise RetryableError(f"no bytes for {self._timeout:g}s") from None
         return chunk
 
+    def touch(self) -> None:
+        """Bytes came that were not read through :meth:`read` (a body written into its
+        file straight from the socket): the server is not stalled."""
+        self._last = self._loop.time()
+
     def pause(self) -> None:
         """The caller is writing: no read is waiting, so nothing can stall."""
         self._paused = True

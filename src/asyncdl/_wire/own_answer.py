@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from typing import Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from multidict import CIMultiDict
+
+from .own_direct import Diversion, WritePolicy
 
 #: Bytes of body held ahead of the reader before the socket is no longer read, until a
 #: reader sets its own (see :meth:`OwnResponse.hold_at_most`).
@@ -25,6 +28,19 @@ class Carrier(Protocol):
 
     def read_at_most(self, size: int) -> None:
         """Read the socket ``size`` bytes at a time at most."""
+
+    def divert(
+        self,
+        response: OwnResponse,
+        fd: int,
+        offset: int,
+        *,
+        policy: WritePolicy,
+        crc: Callable[[Any, Any], Any] | None,
+        crc_value: Any,
+        touch: Callable[[], None],
+    ) -> Diversion | None:
+        """The rest of the body into ``fd`` (see ``own_direct``), or ``None``."""
 
 
 class OwnHTTPError(Exception):
@@ -51,6 +67,7 @@ class OwnResponse:
 
     __slots__ = (
         "_conn",
+        "_diversion",
         "_exc",
         "_pieces",
         "_waiter",
@@ -78,6 +95,8 @@ class OwnResponse:
         self.complete = False
         self.keep_alive = False
         self.close_delimited = False
+        #: The body's rest being written into a file, if it is (see :meth:`divert`).
+        self._diversion: Diversion | None = None
 
     @property
     def content(self) -> OwnResponse:
@@ -152,11 +171,36 @@ class OwnResponse:
 
     def set_exception(self, exc: BaseException) -> None:
         """Fail the body (a stall watch's verdict): reads raise it once what came is
-        read; its connection is not reused."""
+        read, a diversion's wait raises it; its connection is not reused."""
         if self._exc is None:
             self._exc = exc
             self.complete = False
+        if self._diversion is not None:
+            self._diversion.fail(exc)
         self._wake()
+
+    def divert(
+        self,
+        fd: int,
+        offset: int,
+        *,
+        policy: WritePolicy,
+        crc: Callable[[Any, Any], Any] | None,
+        crc_value: Any,
+        touch: Callable[[], None],
+    ) -> Diversion | None:
+        """Have the rest of the body written into ``fd`` from ``offset`` as it arrives,
+        straight from the socket (:mod:`asyncdl._wire.own_direct`); ``None`` when it
+        cannot be (a body not framed by Content-Length, or bytes of it wait here to be
+        read: they are read first). The caller awaits the diversion's ``done``, and
+        abandons it if it leaves before."""
+        if self._conn is None or self._exc is not None:
+            return None
+        diversion = self._conn.divert(
+            self, fd, offset, policy=policy, crc=crc, crc_value=crc_value, touch=touch
+        )
+        self._diversion = diversion
+        return diversion
 
     async def readchunk(self) -> tuple[bytes, bool]:
         """The next piece as it came (``b""`` at the end): aiohttp's shape, (piece, False)."""

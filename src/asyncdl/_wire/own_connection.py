@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Protocol, cast
+from collections.abc import Callable
+from typing import Any, Protocol, cast
 
 from multidict import CIMultiDict
 
 from .own_answer import HeadersTimeout, OwnBodyError, OwnHTTPError, OwnResponse, broken
+from .own_direct import Diversion, WritePolicy
 
 #: Where a connection goes: scheme, host, port, and the Host header to send.
 Origin = tuple[str, str, int, str]
@@ -242,6 +244,68 @@ class Connection(asyncio.Protocol):
     def _end(self, response: OwnResponse) -> None:
         self._ended = True
         response.on_message_complete()
+
+    # --- a body's rest into its file (asyncdl._wire.own_direct) ----------------------
+    def divert(
+        self,
+        response: OwnResponse,
+        fd: int,
+        offset: int,
+        *,
+        policy: WritePolicy,
+        crc: Callable[[Any, Any], Any] | None,
+        crc_value: Any,
+        touch: Callable[[], None],
+    ) -> Diversion | None:
+        """The rest of ``response``'s body written into ``fd`` from ``offset`` as it
+        arrives; ``None`` when it cannot be: not a body framed by Content-Length with
+        bytes still to come, or bytes of it wait to be read."""
+        left = self._left
+        if (
+            not left
+            or response is not self.response
+            or response.held
+            or response.is_eof()
+            or self.lost
+            or self.transport is None
+        ):
+            return None
+        diversion = Diversion(
+            self, fd, offset, left, policy=policy, crc=crc, crc_value=crc_value, touch=touch
+        )
+        self._left = 0  # the diversion's until it hands them back
+        self.transport.set_protocol(diversion)
+        if self._paused:
+            self._paused = False
+            self.transport.resume_reading()
+        return diversion
+
+    def diversion_ended(self, overrun: bool) -> None:
+        response = self.response
+        assert response is not None
+        assert self.transport is not None
+        self.transport.set_protocol(self)
+        self._left = None
+        # The parser stopped at the head: the next answer is read by a new one.
+        self._parser = type(self._parser)(self)
+        self._end(response)
+        if overrun:
+            self._drop()  # bytes past the answer's end: see _body_received
+
+    def diversion_handed_back(self, left: int, held: bytes) -> None:
+        response = self.response
+        assert response is not None
+        assert self.transport is not None
+        self.transport.set_protocol(self)
+        self._left = left
+        if held:
+            self._body_received(response, held)
+
+    def diversion_lost(self, exc: Exception | None) -> None:
+        self.connection_lost(exc)
+
+    def drop(self) -> None:
+        self._drop()
 
     # --- the pool's side --------------------------------------------------------------
     def reading_wanted(self) -> None:
