@@ -47,6 +47,9 @@ from aiofiles.os import wrap
 
 from .._wire.checksums import CRC_ALGORITHMS, crc_function
 from . import journal, own_files
+from .file_calls import fsync_directory as _fsync_directory
+from .file_calls import mode_of as _mode_of
+from .file_calls import preallocate
 from .file_writes import CrcOf, crc_of, write_all
 from .held_dirs import HeldDir, at
 from .journal import Header, Recorded
@@ -62,14 +65,7 @@ from .partial_paths import (
     paths_for,
     remove_name,
 )
-from .writer import (
-    TempFile,
-    _Discarded,
-    _fsync_directory,
-    _mode_of,
-    hold,
-    preallocate,
-)
+from .writer import TempFile, _Discarded, hold
 
 _READ_SIZE = 1024 * 1024
 #: Seconds a failed download waits for a write still running to release its lock.

@@ -32,7 +32,6 @@ import base64
 import contextlib
 import errno
 import os
-import stat
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -42,6 +41,10 @@ from aiofiles.os import wrap
 
 from .._wire.checksums import crc_function, sha_of
 from . import quick_io
+from .file_calls import fsync_directory as _fsync_directory
+from .file_calls import mode_of as _mode_of
+from .file_calls import name_max as _name_max
+from .file_calls import preallocate as preallocate  # noqa: PLC0414 - re-exported: its old home
 from .file_writes import CrcOf, WriteHops, crc_of, write_all
 from .held_dirs import HeldDir
 from .temp_names import NAME_MAX, temp_name
@@ -419,54 +422,6 @@ def hold(fd: int) -> bool:
 
 def _b64(digest: bytes) -> str:
     return base64.b64encode(digest).decode("ascii")
-
-
-def _mode_of(target: str | Path, dir_fd: int | None = None) -> int | None:
-    """An existing target's permission bits, which its replacement keeps (set-id and
-    sticky bits are not kept: writing a file clears them too)."""
-    try:
-        st = os.stat(target, dir_fd=dir_fd)
-    except OSError:
-        return None
-    return stat.S_IMODE(st.st_mode) & 0o777 if stat.S_ISREG(st.st_mode) else None
-
-
-def _fsync_directory(directory: Path, dir_fd: int | None = None) -> None:
-    """Make the rename durable: it is written in the directory (held open at
-    ``dir_fd``, if given), not in the file."""
-    if os.name == "nt":
-        return  # a directory cannot be opened there; NTFS journals the rename itself
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY) if dir_fd is None else os.dup(dir_fd)
-    try:
-        os.fsync(fd)
-    except OSError as exc:
-        # Some file systems cannot sync a directory; nothing more can be done there.
-        if exc.errno not in (errno.EINVAL, errno.EOPNOTSUPP, errno.ENOTSUP):
-            raise
-    finally:
-        os.close(fd)
-
-
-def _name_max(directory: Path | int) -> int | None:
-    try:
-        return os.pathconf(directory, "PC_NAME_MAX")
-    except (OSError, ValueError, AttributeError):  # AttributeError: no pathconf (Windows)
-        return None
-
-
-def preallocate(fd: int, size: int) -> None:
-    if size <= 0:
-        return
-    try:
-        if not hasattr(os, "posix_fallocate"):  # macOS, Windows
-            raise OSError(errno.EOPNOTSUPP, "no posix_fallocate")
-        os.posix_fallocate(fd, 0, size)
-    except OSError as exc:
-        # Some file systems (and tmpfs on old kernels) cannot preallocate; the size is
-        # still set so positional writes never extend the file piecemeal.
-        if exc.errno not in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
-            raise
-        os.ftruncate(fd, size)
 
 
 _open = wrap(TempFile._open_sync)

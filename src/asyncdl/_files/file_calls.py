@@ -1,0 +1,59 @@
+"""Single file-system calls a download's file makes, each with what a file system may
+answer instead of doing it: a target's mode kept by its replacement, a directory
+synced after a rename, the longest name a directory takes, a file preallocated."""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+
+
+def mode_of(target: str | Path, dir_fd: int | None = None) -> int | None:
+    """An existing target's permission bits, which its replacement keeps (set-id and
+    sticky bits are not kept: writing a file clears them too)."""
+    try:
+        st = os.stat(target, dir_fd=dir_fd)
+    except OSError:
+        return None
+    return stat.S_IMODE(st.st_mode) & 0o777 if stat.S_ISREG(st.st_mode) else None
+
+
+def fsync_directory(directory: Path, dir_fd: int | None = None) -> None:
+    """Make the rename durable: it is written in the directory (held open at
+    ``dir_fd``, if given), not in the file."""
+    if os.name == "nt":
+        return  # a directory cannot be opened there; NTFS journals the rename itself
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY) if dir_fd is None else os.dup(dir_fd)
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        # Some file systems cannot sync a directory; nothing more can be done there.
+        if exc.errno not in (errno.EINVAL, errno.EOPNOTSUPP, errno.ENOTSUP):
+            raise
+    finally:
+        os.close(fd)
+
+
+def name_max(directory: Path | int) -> int | None:
+    try:
+        return os.pathconf(directory, "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):  # AttributeError: no pathconf (Windows)
+        return None
+
+
+def preallocate(fd: int, size: int) -> None:
+    """Give the file its ``size`` up front: a full disk shows before the first byte."""
+    if size <= 0:
+        return
+    try:
+        if not hasattr(os, "posix_fallocate"):  # macOS, Windows
+            raise OSError(errno.EOPNOTSUPP, "no posix_fallocate")
+        os.posix_fallocate(fd, 0, size)
+    except OSError as exc:
+        # Some file systems (and tmpfs on old kernels) cannot preallocate; the size is
+        # still set so positional writes never extend the file piecemeal.
+        if exc.errno not in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+            raise
+        os.ftruncate(fd, size)
