@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+import asyncdl
 from asyncdl._wire import own_http
 
 from ..conftest import payload
@@ -79,9 +80,11 @@ TINY = payload(40, seed=7)
 WAYS = ["own", "aiohttp", "url", "s3 proxy", "url proxy"]
 
 
-async def _fetch(way: str, endpoint: str, target: Path, monkeypatch: pytest.MonkeyPatch) -> int:
-    """Download the object ``way`` says from the server at ``endpoint``; the number of
-    bytes the engine reported."""
+def _engine_for(
+    way: str, endpoint: str, monkeypatch: pytest.MonkeyPatch
+) -> tuple[asyncdl.Engine, str]:
+    """An engine that takes ``way`` to the server at ``endpoint``, and the endpoint it
+    is to use."""
     for name in list(os.environ):
         if name.lower().endswith("_proxy"):
             monkeypatch.delenv(name)
@@ -91,13 +94,23 @@ async def _fetch(way: str, endpoint: str, target: Path, monkeypatch: pytest.Monk
     monkeypatch.setattr(own_http, "ENABLED", way == "own")
     # A bandwidth cap: the reader is slow, so a cut can come while it waits (and while the
     # own client has stopped reading its socket), not only while it reads.
-    async with _engine(endpoint, max_bandwidth=400_000) as engine:
-        if way.startswith("url"):
-            result = await engine.download_url(endpoint + "/b/k", target)
-        else:
-            result = await engine.download("b", "k", target)
+    return _engine(endpoint, max_bandwidth=400_000), endpoint
+
+
+async def _download(way: str, engine: asyncdl.Engine, endpoint: str, target: Path) -> int:
+    """Download the object ``way`` says; the number of bytes the engine reported."""
+    if way.startswith("url"):
+        result = await engine.download_url(endpoint + "/b/k", target)
+    else:
+        result = await engine.download("b", "k", target)
     assert result.size is not None
     return result.size
+
+
+async def _fetch(way: str, endpoint: str, target: Path, monkeypatch: pytest.MonkeyPatch) -> int:
+    engine, endpoint = _engine_for(way, endpoint, monkeypatch)
+    async with engine:
+        return await _download(way, engine, endpoint, target)
 
 
 def _range_of(head: bytes, size: int) -> tuple[int, int]:
@@ -169,3 +182,31 @@ async def test_how_a_connection_ends_decides_whether_its_body_is_whole(
     assert (tmp_path / "k").read_bytes() == data
     assert size == len(data)
     assert server.requests == SCENARIOS[scenario]
+
+
+@pytest.mark.usefixtures("aws_env")
+@pytest.mark.parametrize("way", WAYS)
+async def test_closing_the_engine_is_not_the_end_of_a_close_delimited_body(
+    way: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The engine's own close of the connection is not the server's: the body is not
+    # whole, and no file is written.
+    async def script(n: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await server.head(reader)
+        writer.write(b'HTTP/1.1 200 OK\r\nETag: "v1"\r\n\r\n' + BODY[:1000])
+        await writer.drain()
+        await reader.read()  # until the client hangs up
+
+    async with _Scripted(script) as server:
+        engine, endpoint = _engine_for(way, server.endpoint, monkeypatch)
+        async with engine:
+            download = asyncio.ensure_future(_download(way, engine, endpoint, tmp_path / "k"))
+            for _ in range(200):
+                if server.requests:
+                    break
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.1)  # the bytes sent came; the rest never will
+        done = await asyncio.gather(download, return_exceptions=True)
+        assert await server.all_closed()
+    assert isinstance(done[0], Exception), done
+    assert os.listdir(tmp_path) == []

@@ -120,12 +120,15 @@ class _Ending:
     the connection), so the reader asks at the body's end: aiohttp keeps how the
     connection ended as its protocol's exception, a ``ServerDisconnectedError`` for a
     close, the socket's error for a cut; and the TLS, how it ended (see
-    :func:`~asyncdl._wire.own_connection.tls_ended_cleanly`). The answer keeps its
-    protocol once its connection is released (at the body's end); the TLS object is
-    taken while the connection is there."""
+    :func:`~asyncdl._wire.own_connection.tls_ended_cleanly`). A close is the server's
+    only while the answer's session is open: aiohttp says the same of a connection
+    that closing its session (the engine's close) closed. The answer keeps its protocol
+    once its connection is released (at the body's end); its TLS object and session
+    are taken while the connection is there."""
 
     protocol: Any
     tls: ssl.SSLObject | None
+    session: Any
 
     def cut(self) -> str | None:
         """What cut the body, ``None`` if a clean close ended it."""
@@ -134,6 +137,8 @@ class _Ending:
             ended, aiohttp.ServerDisconnectedError
         ):
             return f"its connection was cut before its end: {describe(ended)}"
+        if getattr(self.session, "closed", False) is True:
+            return "its connection was closed, its session with it, before its end"
         if self.tls is not None and not tls_ended_cleanly(self.tls):
             return TRUNCATED
         return None
@@ -156,7 +161,8 @@ def _close_delimited_ending(raw: aiohttp.ClientResponse) -> _Ending | None:
     connection = raw.connection
     transport = connection.transport if connection is not None else None
     tls = transport.get_extra_info("ssl_object") if transport is not None else None
-    return _Ending(protocol, tls if isinstance(tls, ssl.SSLObject) else None)
+    session = getattr(raw, "_session", None)  # the answer drops it at the body's end
+    return _Ending(protocol, tls if isinstance(tls, ssl.SSLObject) else None, session)
 
 
 #: A body that broke: aiohttp's parser found its framing wrong (the pure-Python parser

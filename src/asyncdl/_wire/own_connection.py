@@ -161,12 +161,14 @@ class Connection(asyncio.Protocol):
             self._end(response)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.lost = True
+        # Lost already: the engine closed it (its pool closed, a stall): not the server's
+        # close, which alone ends a body that only the connection's end delimits.
+        closed_here, self.lost = self.lost, True
         self._pool.forget(self)
         self._stop_watch()
         response = self.response
         if response is not None and not response.complete:
-            if not (response.head_done and response.close_delimited and exc is None):
+            if closed_here or not (response.head_done and response.close_delimited and exc is None):
                 response.fail(broken(response, "the connection closed before the answer ended"))
             elif self._tls is not None and not tls_ended_cleanly(self._tls):
                 # RFC 9112 §9.8: a TCP end with no close_notify before it is an incomplete
