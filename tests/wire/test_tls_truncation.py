@@ -18,9 +18,11 @@ import os
 import socket
 import ssl
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+import asyncdl
 from asyncdl._wire import own_http
 from asyncdl._wire.own_http import OwnBodyError
 
@@ -159,3 +161,36 @@ async def test_the_own_client_says_a_truncated_tls_is_not_the_body_s_end(
         with pytest.raises(OwnBodyError, match="without its TLS close_notify"):
             await read_body(response)
         response.close()
+
+
+@pytest.mark.parametrize("size", ["large", "tiny"])
+@pytest.mark.parametrize("way", ["aiohttp", "url"])
+async def test_a_truncated_body_that_came_whole_before_its_reader_fails_its_stream(
+    way: str, size: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A stream opened, then read only after its first answer came whole and its
+    # connection ended: how the connection ended must have been taken when the answer
+    # came, the connection being gone by the time the reader looks.
+    bundle, tls = certificate(tmp_path, "origin")
+    monkeypatch.setenv("AWS_CA_BUNDLE", str(bundle))
+    data = BODY if size == "large" else TINY
+    cut = len(data) // 2
+    server = _Server(tls, data, cut, tunnel=False)
+    monkeypatch.setattr(own_http, "ENABLED", False)
+    async with server.scripted:
+        endpoint = server.scripted.endpoint
+        async with _engine(endpoint) as engine:
+            if way == "url":
+                stream = engine.stream_url(endpoint + "/b/k")
+            else:
+                stream = engine.stream("b", "k")
+            async with stream:
+                await stream.open()
+                await asyncio.sleep(0.3)  # the answer came, and its connection ended
+                # A stream's bytes may be its reader's already: it fails, never ends short.
+                with pytest.raises(asyncdl.DownloadError, match="close_notify"):
+                    await _read_all(stream)
+
+
+async def _read_all(stream: Any) -> bytes:
+    return b"".join([piece async for piece in stream])

@@ -144,9 +144,26 @@ class _Ending:
         return None
 
 
+#: Where :func:`note_ending` keeps an answer's :class:`_Ending`.
+_ENDING = "_asyncdl_ending"
+
+
+def note_ending(raw: aiohttp.ClientResponse) -> None:
+    """Take how an answer's body will end (:class:`_Ending`) as soon as the answer came,
+    while its connection is there: a body that comes whole in the answer's first reads
+    has its connection ended, and gone, before any reader looks, and its TLS and its
+    session with it. Kept on the answer for its :class:`BodyReader`."""
+    ending = _close_delimited_ending(raw)
+    if ending is not None:
+        setattr(raw, _ENDING, ending)
+
+
 def _close_delimited_ending(raw: aiohttp.ClientResponse) -> _Ending | None:
     """The :class:`_Ending` of an answer whose body only the connection's end delimits,
-    ``None`` for any other."""
+    ``None`` for any other: the one :func:`note_ending` took, else taken now."""
+    noted = getattr(raw, _ENDING, None)
+    if isinstance(noted, _Ending):
+        return noted
     headers = raw.headers
     if (
         "Content-Length" in headers
