@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ from botocore.exceptions import ResponseStreamingError
 from ..errors import RetryableError, describe
 from ..progress import Reporter
 from .bandwidth import TokenBucket
+from .own_connection import TRUNCATED, tls_ended_cleanly
 from .own_http import OwnBodyError, OwnResponse
 
 
@@ -109,16 +111,59 @@ def _read_at_most(response: aiohttp.ClientResponse, size: int) -> None:
             transport.max_size = size
 
 
-def _close_delimited_connection(raw: aiohttp.ClientResponse) -> Any:
-    """The connection (aiohttp's protocol) under an answer whose body only the
-    connection's end delimits (no Content-Length, not chunked), or ``None``.
+@dataclass(slots=True, frozen=True)
+class _Ending:
+    """What ends a body that only its connection's end delimits (no Content-Length, not
+    chunked), on aiohttp: a clean close ends it (RFC 9112 §6.3), a reset cuts it, and so
+    does a TLS that ends without the server's close_notify (RFC 9112 §9.8). aiohttp
+    ends the body at any of them (its protocol feeds the parser its end whatever ended
+    the connection), so the reader asks at the body's end: aiohttp keeps how the
+    connection ended as its protocol's exception, a ``ServerDisconnectedError`` for a
+    close, the socket's error for a cut; and the TLS, how it ended (see
+    :func:`~asyncdl._wire.own_connection.tls_ended_cleanly`). A close is the server's
+    only while the answer's session is open: aiohttp says the same of a connection
+    that closing its session (the engine's close) closed. The answer keeps its protocol
+    once its connection is released (at the body's end); its TLS object and session
+    are taken while the connection is there."""
 
-    A clean close ends such a body (RFC 9112 §6.3); a reset cuts it. aiohttp ends the
-    body at either (its protocol feeds the parser its end whatever ended the
-    connection), so the reader asks the protocol at the body's end: aiohttp keeps how
-    the connection ended as the protocol's exception, a ``ServerDisconnectedError``
-    for a clean close, the socket's error for a cut. The answer keeps its protocol
-    once its connection is released (at the body's end)."""
+    protocol: Any
+    tls: ssl.SSLObject | None
+    session: Any
+
+    def cut(self) -> str | None:
+        """What cut the body, ``None`` if a clean close ended it."""
+        ended = self.protocol.exception()
+        if isinstance(ended, BaseException) and not isinstance(
+            ended, aiohttp.ServerDisconnectedError
+        ):
+            return f"its connection was cut before its end: {describe(ended)}"
+        if getattr(self.session, "closed", False) is True:
+            return "its connection was closed, its session with it, before its end"
+        if self.tls is not None and not tls_ended_cleanly(self.tls):
+            return TRUNCATED
+        return None
+
+
+#: Where :func:`note_ending` keeps an answer's :class:`_Ending`.
+_ENDING = "_asyncdl_ending"
+
+
+def note_ending(raw: aiohttp.ClientResponse) -> None:
+    """Take how an answer's body will end (:class:`_Ending`) as soon as the answer came,
+    while its connection is there: a body that comes whole in the answer's first reads
+    has its connection ended, and gone, before any reader looks, and its TLS and its
+    session with it. Kept on the answer for its :class:`BodyReader`."""
+    ending = _close_delimited_ending(raw)
+    if ending is not None:
+        setattr(raw, _ENDING, ending)
+
+
+def _close_delimited_ending(raw: aiohttp.ClientResponse) -> _Ending | None:
+    """The :class:`_Ending` of an answer whose body only the connection's end delimits,
+    ``None`` for any other: the one :func:`note_ending` took, else taken now."""
+    noted = getattr(raw, _ENDING, None)
+    if isinstance(noted, _Ending):
+        return noted
     headers = raw.headers
     if (
         "Content-Length" in headers
@@ -128,15 +173,13 @@ def _close_delimited_connection(raw: aiohttp.ClientResponse) -> Any:
     ):
         return None
     protocol = getattr(raw, "_protocol", None)
-    return protocol if callable(getattr(protocol, "exception", None)) else None
-
-
-def _cut(connection: Any) -> BaseException | None:
-    """What cut a close-delimited body's connection, ``None`` if a clean close ended it."""
-    ended = connection.exception()
-    if ended is None or isinstance(ended, aiohttp.ServerDisconnectedError):
+    if not callable(getattr(protocol, "exception", None)):
         return None
-    return ended if isinstance(ended, BaseException) else None
+    connection = raw.connection
+    transport = connection.transport if connection is not None else None
+    tls = transport.get_extra_info("ssl_object") if transport is not None else None
+    session = getattr(raw, "_session", None)  # the answer drops it at the body's end
+    return _Ending(protocol, tls if isinstance(tls, ssl.SSLObject) else None, session)
 
 
 #: A body that broke: aiohttp's parser found its framing wrong (the pure-Python parser
@@ -167,9 +210,9 @@ class BodyReader:
         #: is not aiohttp's (it has no pieces of its own).
         self._size = size
         self._stream: aiohttp.StreamReader | OwnResponse | None
-        #: The connection whose end ends the body, on aiohttp (see
-        #: :func:`_close_delimited_connection`); the own client judges its own.
-        self._ended_by: Any = None
+        #: How the body's connection ended, when that ends it, on aiohttp (see
+        #: :class:`_Ending`); the own client judges its own.
+        self._ended_by: _Ending | None = None
         if type(body) is OwnResponse:  # the engine's own client: the answer is its body
             self._stream = body
             #: The whole body is here already (a tiny object's, often): no read can
@@ -182,7 +225,7 @@ class BodyReader:
             self._stream = _content_of(raw)
             self._whole = self._stream is not None and self._stream.is_eof()
             if raw is not None and self._stream is not None:
-                self._ended_by = _close_delimited_connection(raw)
+                self._ended_by = _close_delimited_ending(raw)
             if raw is not None and self._stream is not None and not self._whole:
                 # Half a write's worth waiting in aiohttp, and socket reads of that much
                 # at most: with the write being gathered and the one in flight, a
@@ -230,10 +273,8 @@ class BodyReader:
         except _BROKEN_BODY as exc:
             broken = RetryableError(f"the body broke off: {describe(exc)}")
         else:
-            if not data and self._ended_by is not None and (cut := _cut(self._ended_by)):
-                broken = RetryableError(
-                    f"the body broke off: its connection was cut before its end: {describe(cut)}"
-                )
+            if not data and self._ended_by is not None and (cut := self._ended_by.cut()):
+                broken = RetryableError(f"the body broke off: {cut}")
         if broken is not None:
             # Raised out here, so not even as a context: the parser's error holds the
             # bytes it quotes.
@@ -360,11 +401,14 @@ async def spool(body: Any, to: SpoolTo) -> tuple[SpooledBody, int]:
     """Read ``body`` to its end into an unnamed temp file (in ``to.directory``; gone
     when closed); the body to read it from, and its length. ``body`` is closed either
     way."""
+    # Made before the file: a connection that ended while the file was made (a small
+    # body's, whole in its first read) would leave the reader nothing to ask how.
+    reader = BodyReader(body, to.read_timeout, _SPOOL_WRITE, to.bandwidth)
     file = await asyncio.to_thread(_unnamed_file, to.directory)
     progress = to.progress
     size = reported = 0
     try:
-        with BodyReader(body, to.read_timeout, _SPOOL_WRITE, to.bandwidth) as pieces_of:
+        with reader as pieces_of:
             pieces: list[bytes] = []
             held = 0
             while True:

@@ -35,6 +35,7 @@ from botocore.exceptions import (
 from yarl import URL
 
 from . import own_http
+from .body_reader import note_ending
 
 #: aiobotocore adds a Host header per request when this is set: its own path does that.
 _PROXY_HOST_HEADER = "BOTO_EXPERIMENTAL__ADD_PROXY_HOST_HEADER"
@@ -108,7 +109,7 @@ async def send(
         if pool is not None:
             return await _send_own(pool, url, headers, url_shown)
     try:
-        return await route.session.request(
+        response = await route.session.request(
             method,
             URL(url, encoded=True),
             headers=headers,
@@ -138,6 +139,9 @@ async def send(
         raise  # a setting to fix (the engine's own session checks its proxy per hop)
     except Exception as exc:
         raise HTTPClientError(error=exc) from exc
+    # Before the caller's next await: a body that came whole may end its connection then.
+    note_ending(response)
+    return response
 
 
 async def _send_own(

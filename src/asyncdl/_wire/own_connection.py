@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 from collections.abc import Callable
 from typing import Any, Protocol, cast
 
@@ -55,6 +56,8 @@ class Connection(asyncio.Protocol):
         self._pool = pool
         self.origin = origin
         self.transport: asyncio.Transport | None = None
+        #: The TLS of an https connection: asked how it ended (see :func:`tls_ended_cleanly`).
+        self._tls: ssl.SSLObject | None = None
         # Here, not at the top: a process with the switch off never loads it.
         import httptools  # noqa: PLC0415
 
@@ -97,6 +100,8 @@ class Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports are not asyncio.Transport subclasses; both have its methods.
         self.transport = cast(asyncio.Transport, transport)
+        tls = transport.get_extra_info("ssl_object")
+        self._tls = tls if isinstance(tls, ssl.SSLObject) else None
 
     def data_received(self, data: bytes) -> None:
         response = self.response
@@ -158,16 +163,22 @@ class Connection(asyncio.Protocol):
             self._end(response)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.lost = True
+        # Lost already: the engine closed it (its pool closed, a stall): not the server's
+        # close, which alone ends a body that only the connection's end delimits.
+        closed_here, self.lost = self.lost, True
         self._pool.forget(self)
         self._stop_watch()
         response = self.response
         if response is not None and not response.complete:
-            if response.head_done and response.close_delimited and exc is None:
+            if closed_here or not (response.head_done and response.close_delimited and exc is None):
+                response.fail(broken(response, "the connection closed before the answer ended"))
+            elif self._tls is not None and not tls_ended_cleanly(self._tls):
+                # RFC 9112 §9.8: a TCP end with no close_notify before it is an incomplete
+                # close (anyone on the path can make one), not the body's end.
+                response.fail(OwnBodyError(TRUNCATED))
+            else:
                 # RFC 9112 §6.3: the close ends it; a reset (exc) is a cut, not a close.
                 response.on_message_complete()
-            else:
-                response.fail(broken(response, "the connection closed before the answer ended"))
 
     def pause_writing(self) -> None:  # a GET's request is small: never waits to write
         pass
@@ -377,6 +388,29 @@ class Connection(asyncio.Protocol):
         self._stop_watch()
         if self.transport is not None:
             self.transport.close()
+
+
+#: What a body is told whose TLS ended without the server's close_notify.
+TRUNCATED = "the connection closed without its TLS close_notify before the answer ended"
+
+
+def tls_ended_cleanly(tls: ssl.SSLObject) -> bool:
+    """Whether the TLS of a connection that has ended was ended by the server's
+    close_notify (a clean close), not by its TCP connection's end alone (a truncation).
+
+    The loop's TLS layer tells the protocol of either the same way (``connection_lost``
+    with no error; asyncio's calls ``eof_received`` for both, uvloop's for the clean one
+    only), so the TLS object itself is asked, once nothing else reads it: once the
+    close_notify came, a read says the TLS is closed (``SSLZeroReturnError``, or ``b""``
+    before the loop sent its own); without it, the read wants bytes that will never
+    come; and bytes it still holds were never handed on."""
+    try:
+        left = tls.read(1)
+    except ssl.SSLZeroReturnError:
+        return True
+    except Exception:  # wants more bytes, or broken: either way not a clean end
+        return False
+    return not left
 
 
 def _reason(exc: BaseException) -> str:
