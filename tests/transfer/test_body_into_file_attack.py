@@ -31,6 +31,7 @@ from typing import Any
 import pytest
 
 import asyncdl
+from asyncdl._files import quick_io
 from asyncdl._wire import own_direct, own_http
 from asyncdl.testing.moto_server import FAKE_ENV
 from asyncdl.testing.tcp_proxy import Fault, RequestRecord, TcpProxy
@@ -645,3 +646,118 @@ async def test_a_body_over_tls_is_written_straight_from_the_socket(
     assert (target / "k").read_bytes() == data
     assert (target / "k2").read_bytes() == data
     assert writes.size > len(data)
+
+
+@pytest.mark.usefixtures("aws_env")
+@pytest.mark.parametrize("after", [b"", b"junk"])
+async def test_writes_turning_slow_between_reads_hand_back_the_rest_whole(
+    tmp_path: Path, writes: Writes, monkeypatch: pytest.MonkeyPatch, after: bytes
+) -> None:
+    # Another download's writes send writes off the loop while this body is diverted:
+    # its next read (the body's end, and junk after it) is handed back to the pieces.
+    # The file is the body; a connection that carried junk is not used again, one that
+    # did not serves the next GET.
+    policy = quick_io.QuickWrites()
+    monkeypatch.setattr(quick_io, "QUICK_WRITES", policy)
+
+    async def script(n: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            head = await server.head(reader)
+            start, sent = answer(head, BODY)
+            await send_slowly(writer, start, sent)
+            policy._trip(60.0)
+            writer.write(sent[-1000:] + after)
+            await writer.drain()
+
+    async with Server(script) as server, engine_for(server.endpoint) as engine:
+        await engine.download("b", "k", tmp_path / "k")
+        assert writes.made
+        policy._off = 0.0
+        await engine.download("b", "k", tmp_path / "k2")
+    assert (tmp_path / "k").read_bytes() == BODY
+    assert (tmp_path / "k2").read_bytes() == BODY
+    assert server.connections == (2 if after else 1)
+
+
+@pytest.mark.usefixtures("aws_env")
+async def test_progress_sums_to_the_size_when_a_body_without_etag_starts_over(
+    tmp_path: Path, writes: Writes
+) -> None:
+    # No ETag pins a resumed range: a cut mid-diversion starts the part over, and the
+    # progress reported of the bytes it had written is taken back.
+    async def script(n: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            head = await server.head(reader)
+            start, sent = answer(head, BODY)
+            start = start.replace(b'ETag: "v1"\r\n', b"")
+            if n == 1:
+                await send_slowly(writer, start, sent[: 9 * CHUNK])
+                reset(writer)
+                return
+            writer.write(start + sent)
+            await writer.drain()
+
+    seen: list[int] = []
+    async with Server(script) as server, engine_for(server.endpoint) as engine:
+        await engine.download("b", "k", tmp_path / "k", progress=seen.append)
+        stats = engine.stats()
+    assert (tmp_path / "k").read_bytes() == BODY
+    assert writes.made
+    assert sum(seen) == len(BODY)
+    assert server.connections == 2
+    assert stats.bytes_received >= len(BODY)
+
+
+@pytest.mark.usefixtures("aws_env")
+@pytest.mark.parametrize("how", ["reset", "close"])
+async def test_a_body_over_tls_cut_mid_diversion_is_fetched_again_from_where_it_stopped(
+    tmp_path: Path, writes: Writes, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    bundle, server_tls = certificate(tmp_path, "origin")
+    monkeypatch.setenv("AWS_CA_BUNDLE", str(bundle))
+
+    async def script(n: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await server.head(reader)
+        start, sent = answer(head, BODY)
+        if n == 1:
+            await send_slowly(writer, start, sent[: 7 * CHUNK + 5])
+            if how == "reset":
+                reset(writer)
+            else:
+                writer.close()  # TLS close_notify, then FIN
+            return
+        writer.write(start + sent)
+        await writer.drain()
+        await reader.read()
+
+    target = tmp_path / "out"
+    target.mkdir()
+    async with Server(script, tls=server_tls) as server, engine_for(server.endpoint) as engine:
+        await engine.download("b", "k", target / "k")
+    assert (target / "k").read_bytes() == BODY
+    assert writes.made
+    assert b"bytes=%d-" % (7 * CHUNK + 5 - 1000) in server.requests[-1], server.requests
+
+
+async def test_the_byte_count_moves_while_a_body_is_diverted_without_a_progress_callback(
+    s3: Any, bucket: str, slow_proxy: TcpProxy, tmp_path: Path, writes: Writes
+) -> None:
+    # One 6 MiB part at 4 MiB/s: engine.stats() (what an exporter samples) counts the
+    # bytes as they are written, not all at the body's end.
+    data = payload(3 * PART)
+    s3.put_object(Bucket=bucket, Key="k", Body=data)
+    config = asyncdl.TransferConfig(chunk_size=3 * PART)
+    samples: list[int] = []
+    async with (
+        make_client(slow_proxy.url) as client,
+        asyncdl.Engine(client, config=config) as engine,
+    ):
+        task = asyncio.ensure_future(engine.download(bucket, "k", tmp_path / "k"))
+        while not task.done():
+            samples.append(engine.stats().bytes_received)
+            await asyncio.sleep(0.05)
+        await task
+        assert engine.stats().bytes_received == len(data)
+    assert writes.size > len(data) // 2
+    during = {sample for sample in samples if 0 < sample < len(data)}
+    assert len(during) >= 4, samples
