@@ -8,7 +8,8 @@ a stream's (its reader takes the pieces), not under a bandwidth cap (it takes ea
 read's bytes), not a part cut short or resumed from a whole answer (bytes skipped or
 dropped), not a partial (each write appends a journal line), and while the
 download's writes may run on the loop. The checksum runs over each write as it is
-made; the stall watch is told of each read; progress is reported as it goes.
+made; the stall watch is told of each read; the byte count and progress are told
+of the bytes written every ``_REPORT_EVERY`` seconds.
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ from .._wire.own_answer import OwnResponse
 from .._wire.own_direct import CutOff
 from ..errors import RetryableError, describe
 
-#: Seconds between progress reports of a body written this way (a report is a task
-#: switch; a body of one part is written in tens of milliseconds here).
+#: Seconds between reports of the bytes a body written this way has written so far
+#: (the part's position, the byte count, progress): each is a task switch, and a
+#: part's body is written in tens of milliseconds on a fast link.
 _REPORT_EVERY = 0.25
 
 #: Told the bytes written since it was last told, and the CRC over the part so far.
@@ -64,14 +66,14 @@ async def write_rest(
         return new
 
     try:
-        if report is None:
-            await diversion.done
-        else:
-            while not diversion.done.done():
-                await asyncio.wait((diversion.done,), timeout=_REPORT_EVERY)
-                if new := tell():
-                    await report(new)
-            diversion.done.result()
+        # Told as it goes, with or without a progress callback: the byte count
+        # (``engine.stats()``, what an exporter samples) moves while a long body is
+        # written, not all at its end.
+        while not diversion.done.done():
+            await asyncio.wait((diversion.done,), timeout=_REPORT_EVERY)
+            if (new := tell()) and report is not None:
+                await report(new)
+        diversion.done.result()
     except CutOff as exc:
         raise RetryableError(f"the body broke off: {describe(exc)}") from None
     finally:

@@ -151,6 +151,13 @@ class Diversion(asyncio.BufferedProtocol):
         """The caller left (or the body failed): nothing more is written, and the
         connection, still in the middle of the body, is closed."""
         self._writing = False
+        # How it ended is nobody's news once the caller left: an outcome never awaited
+        # (the close that this causes fails it) would be logged as never retrieved.
+        done = self.done
+        if not done.done():
+            done.cancel()
+        elif not done.cancelled():
+            done.exception()
         if self._attached:
             self._conn.drop()
 
