@@ -13,7 +13,7 @@ from typing import Any, Protocol, cast
 from multidict import CIMultiDict
 
 from .own_answer import HeadersTimeout, OwnBodyError, OwnHTTPError, OwnResponse, broken
-from .own_direct import Diversion, WritePolicy
+from .own_direct import BUFFER, Diversion, WritePolicy
 
 #: Where a connection goes: scheme, host, port, and the Host header to send.
 Origin = tuple[str, str, int, str]
@@ -58,6 +58,9 @@ class Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         #: The TLS of an https connection: asked how it ended (see :func:`tls_ended_cleanly`).
         self._tls: ssl.SSLObject | None = None
+        #: The buffer bodies written straight into a file are received into (see
+        #: :meth:`divert`), made for the first of them.
+        self._divert_into: bytearray | None = None
         # Here, not at the top: a process with the switch off never loads it.
         import httptools  # noqa: PLC0415
 
@@ -281,8 +284,18 @@ class Connection(asyncio.Protocol):
             or self.transport is None
         ):
             return None
+        if self._divert_into is None:
+            self._divert_into = bytearray(BUFFER)  # the first body written this way
         diversion = Diversion(
-            self, fd, offset, left, policy=policy, crc=crc, crc_value=crc_value, touch=touch
+            self,
+            fd,
+            offset,
+            left,
+            policy=policy,
+            crc=crc,
+            crc_value=crc_value,
+            touch=touch,
+            buffer=self._divert_into,
         )
         self._left = 0  # the diversion's until it hands them back
         self.transport.set_protocol(diversion)

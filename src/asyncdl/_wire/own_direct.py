@@ -67,7 +67,9 @@ class Diverted(Protocol):
 
 
 class Diversion(asyncio.BufferedProtocol):
-    """The rest of one body (``left`` bytes) into ``fd`` from ``offset``."""
+    """The rest of one body (``left`` bytes) into ``fd`` from ``offset``, received into
+    ``buffer`` (``BUFFER`` bytes, the connection's: no other diversion uses it
+    meanwhile, as the connection carries one answer at a time)."""
 
     def __init__(
         self,
@@ -80,6 +82,7 @@ class Diversion(asyncio.BufferedProtocol):
         crc: Callable[[Any, Any], Any] | None,
         crc_value: Any,
         touch: Callable[[], None],
+        buffer: bytearray,
     ) -> None:
         self._conn = conn
         self._fd = fd
@@ -92,7 +95,8 @@ class Diversion(asyncio.BufferedProtocol):
         self._crc = crc
         self._policy = policy
         self._touch = touch
-        self._buffer = bytearray(BUFFER)
+        #: The connection's (see ``BUFFER``), reused by its later bodies.
+        self._buffer = buffer
         self._view = memoryview(self._buffer)
         # The buffer's index of each byte is its file offset modulo STEP: whole steps
         # are written where they are, and a full buffer is all written.
