@@ -27,10 +27,21 @@ from asyncdl.testing.tcp_proxy import Fault, RequestRecord, TcpProxy
 from ..conftest import CHUNK, make_client, payload
 
 
+class SteadyWrites(quick_io.QuickWrites):
+    """Writes judged quick whatever they took: on a loaded machine two slow writes in a
+    row would send the process's writes off the loop (``quick_io.QUICK_WRITES`` is one
+    per process, so an earlier test's could too), and bodies to the pieces' way. The
+    tests of that hand-back set a policy of their own."""
+
+    def took(self, seconds: float) -> None:
+        pass
+
+
 @pytest.fixture(autouse=True)
 def _the_own_client(monkeypatch: pytest.MonkeyPatch) -> None:
     # The diversion is the own client's: under ASYNCDL_OWN_HTTP=0 these would test aiohttp.
     monkeypatch.setattr(own_http, "ENABLED", True)
+    monkeypatch.setattr(quick_io, "QUICK_WRITES", SteadyWrites())
 
 
 def record_writes(

@@ -38,6 +38,7 @@ from asyncdl.testing.tcp_proxy import Fault, RequestRecord, TcpProxy
 
 from ..conftest import CHUNK, make_client, payload, temp_files
 from ..wire.test_url_session import certificate
+from .test_body_into_file import SteadyWrites
 
 PART = 32 * CHUNK  # 2 MiB
 
@@ -46,6 +47,8 @@ PART = 32 * CHUNK  # 2 MiB
 def _the_own_client(monkeypatch: pytest.MonkeyPatch) -> None:
     # The diversion is the own client's: under ASYNCDL_OWN_HTTP=0 these would test aiohttp.
     monkeypatch.setattr(own_http, "ENABLED", True)
+    # Writes stay on the loop however loaded the machine (see SteadyWrites).
+    monkeypatch.setattr(quick_io, "QUICK_WRITES", SteadyWrites())
 
 
 @pytest.fixture
