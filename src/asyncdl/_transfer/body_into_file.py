@@ -21,7 +21,7 @@ from typing import Any
 from .._files import quick_io
 from .._wire.body_reader import BodyReader
 from .._wire.own_answer import OwnResponse
-from .._wire.own_direct import CutOff
+from .._wire.own_direct import CutOff, Into
 from ..errors import RetryableError, describe
 
 #: Seconds between reports of the bytes a body written this way has written so far
@@ -50,9 +50,8 @@ async def write_rest(
     before it written and told."""
     if not quick_io.QUICK_WRITES.allowed():
         return False  # writes go off the loop for now: the pieces' way
-    diversion = body.divert(
-        fd, offset, policy=quick_io.QUICK_WRITES, crc=crc, crc_value=crc_value, touch=reader.touch
-    )
+    policy = quick_io.QUICK_WRITES
+    diversion = body.divert(Into(fd, offset, policy, crc, crc_value, reader.touch))
     if diversion is None:
         return False
     told = 0

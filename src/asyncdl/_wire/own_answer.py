@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol
 
 from multidict import CIMultiDict
 
-from .own_direct import Diversion, WritePolicy
+from .own_direct import Diversion, Into
 
 #: Bytes of body held ahead of the reader before the socket is no longer read, until a
 #: reader sets its own (see :meth:`OwnResponse.hold_at_most`).
@@ -29,18 +28,9 @@ class Carrier(Protocol):
     def read_at_most(self, size: int) -> None:
         """Read the socket ``size`` bytes at a time at most."""
 
-    def divert(
-        self,
-        response: OwnResponse,
-        fd: int,
-        offset: int,
-        *,
-        policy: WritePolicy,
-        crc: Callable[[Any, Any], Any] | None,
-        crc_value: Any,
-        touch: Callable[[], None],
-    ) -> Diversion | None:
-        """The rest of the body into ``fd`` (see ``own_direct``), or ``None``."""
+    def divert(self, response: OwnResponse, into: Into) -> Diversion | None:
+        """The rest of the body written as ``into`` says (see ``own_direct``), or
+        ``None``."""
 
 
 class OwnHTTPError(Exception):
@@ -179,26 +169,15 @@ class OwnResponse:
             self._diversion.fail(exc)
         self._wake()
 
-    def divert(
-        self,
-        fd: int,
-        offset: int,
-        *,
-        policy: WritePolicy,
-        crc: Callable[[Any, Any], Any] | None,
-        crc_value: Any,
-        touch: Callable[[], None],
-    ) -> Diversion | None:
-        """Have the rest of the body written into ``fd`` from ``offset`` as it arrives,
+    def divert(self, into: Into) -> Diversion | None:
+        """Have the rest of the body written as ``into`` says as it arrives,
         straight from the socket (:mod:`asyncdl._wire.own_direct`); ``None`` when it
         cannot be (a body not framed by Content-Length, or bytes of it wait here to be
         read: they are read first). The caller awaits the diversion's ``done``, and
         abandons it if it leaves before."""
         if self._conn is None or self._exc is not None:
             return None
-        diversion = self._conn.divert(
-            self, fd, offset, policy=policy, crc=crc, crc_value=crc_value, touch=touch
-        )
+        diversion = self._conn.divert(self, into)
         self._diversion = diversion
         return diversion
 

@@ -7,13 +7,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-from collections.abc import Callable
-from typing import Any, Protocol, cast
+from typing import Protocol, cast
 
 from multidict import CIMultiDict
 
 from .own_answer import HeadersTimeout, OwnBodyError, OwnHTTPError, OwnResponse, broken
-from .own_direct import BUFFER, Diversion, WritePolicy
+from .own_direct import BUFFER, Diversion, Into
 
 #: Where a connection goes: scheme, host, port, and the Host header to send.
 Origin = tuple[str, str, int, str]
@@ -260,20 +259,10 @@ class Connection(asyncio.Protocol):
         response.on_message_complete()
 
     # --- a body's rest into its file (asyncdl._wire.own_direct) ----------------------
-    def divert(
-        self,
-        response: OwnResponse,
-        fd: int,
-        offset: int,
-        *,
-        policy: WritePolicy,
-        crc: Callable[[Any, Any], Any] | None,
-        crc_value: Any,
-        touch: Callable[[], None],
-    ) -> Diversion | None:
-        """The rest of ``response``'s body written into ``fd`` from ``offset`` as it
-        arrives; ``None`` when it cannot be: not a body framed by Content-Length with
-        bytes still to come, or bytes of it wait to be read."""
+    def divert(self, response: OwnResponse, into: Into) -> Diversion | None:
+        """The rest of ``response``'s body written as ``into`` says as it arrives;
+        ``None`` when it cannot be: not a body framed by Content-Length with bytes still
+        to come, or bytes of it wait to be read."""
         left = self._left
         if (
             not left
@@ -286,17 +275,7 @@ class Connection(asyncio.Protocol):
             return None
         if self._divert_into is None:
             self._divert_into = bytearray(BUFFER)  # the first body written this way
-        diversion = Diversion(
-            self,
-            fd,
-            offset,
-            left,
-            policy=policy,
-            crc=crc,
-            crc_value=crc_value,
-            touch=touch,
-            buffer=self._divert_into,
-        )
+        diversion = Diversion(self, left, into, self._divert_into)
         self._left = 0  # the diversion's until it hands them back
         self.transport.set_protocol(diversion)
         if self._paused:

@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 _T = TypeVar("_T")
@@ -49,6 +50,20 @@ class WritePolicy(Protocol):
     def timed(self, function: Callable[[], _T]) -> _T: ...
 
 
+@dataclass(frozen=True, slots=True)
+class Into:
+    """Where and how a diverted body is written: the file and the offset of the body's
+    next byte, the write policy, the CRC run over the writes (``None``: none) and its
+    value so far, and what to tell of each read (the stall watch)."""
+
+    fd: int
+    offset: int
+    policy: WritePolicy
+    crc: Callable[[Any, Any], Any] | None
+    crc_value: Any
+    touch: Callable[[], None]
+
+
 class Diverted(Protocol):
     """What a diversion asks of the connection it stands in for."""
 
@@ -67,34 +82,28 @@ class Diverted(Protocol):
 
 
 class Diversion(asyncio.BufferedProtocol):
-    """The rest of one body (``left`` bytes) into ``fd`` from ``offset``, received into
+    """The rest of one body (``left`` bytes) written as ``into`` says, received into
     ``buffer`` (``BUFFER`` bytes, the connection's: no other diversion uses it
     meanwhile, as the connection carries one answer at a time)."""
 
     def __init__(
         self,
         conn: Diverted,
-        fd: int,
-        offset: int,
         left: int,
-        *,
-        policy: WritePolicy,
-        crc: Callable[[Any, Any], Any] | None,
-        crc_value: Any,
-        touch: Callable[[], None],
+        into: Into,
         buffer: bytearray,
     ) -> None:
         self._conn = conn
-        self._fd = fd
-        self._offset = offset
+        self._fd = into.fd
+        self._offset = offset = into.offset
         #: Body bytes not yet written, those received into the buffer included.
         self.left = left
-        #: Bytes written so far, and the CRC over them from ``crc_value``.
+        #: Bytes written so far, and the CRC over them from ``into.crc_value``.
         self.written = 0
-        self.crc_value = crc_value
-        self._crc = crc
-        self._policy = policy
-        self._touch = touch
+        self.crc_value = into.crc_value
+        self._crc = into.crc
+        self._policy = into.policy
+        self._touch = into.touch
         #: The connection's (see ``BUFFER``), reused by its later bodies.
         self._buffer = buffer
         self._view = memoryview(self._buffer)
