@@ -19,7 +19,7 @@ from botocore.config import Config
 
 import asyncdl
 from asyncdl._files.writer import is_temp_file
-from asyncdl.testing.moto_server import moto_server
+from asyncdl.testing.moto_server import FAKE_ENV, moto_server
 from asyncdl.testing.tcp_proxy import RequestRecord, TcpProxy
 
 CHUNK = 64 * 1024
@@ -152,3 +152,11 @@ async def gone_within_a_second(directory: Path) -> None:
             return
         await asyncio.sleep(0.01)
     assert temp_files(directory) == []
+
+
+@pytest.fixture
+def aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Credentials and a region in the environment, for an engine against a scripted
+    server (it signs, but nothing checks the signature)."""
+    for name, value in FAKE_ENV.items():
+        monkeypatch.setenv(name, value)

@@ -20,10 +20,9 @@ import gc
 import os
 import re
 import socket
-import ssl
 import struct
 import types
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -33,10 +32,10 @@ import pytest
 import asyncdl
 from asyncdl._files import quick_io
 from asyncdl._wire import own_direct, own_http
-from asyncdl.testing.moto_server import FAKE_ENV
 from asyncdl.testing.tcp_proxy import Fault, RequestRecord, TcpProxy
 
 from ..conftest import CHUNK, make_client, payload, temp_files
+from ..wire.test_own_http_attack import _engine, _Scripted
 from ..wire.test_url_session import certificate
 from .test_body_into_file import SteadyWrites
 
@@ -49,13 +48,6 @@ def _the_own_client(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(own_http, "ENABLED", True)
     # Writes stay on the loop however loaded the machine (see SteadyWrites).
     monkeypatch.setattr(quick_io, "QUICK_WRITES", SteadyWrites())
-
-
-@pytest.fixture
-def aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Credentials and a region for an engine against a scripted server."""
-    for name, value in FAKE_ENV.items():
-        monkeypatch.setenv(name, value)
 
 
 class Writes:
@@ -356,56 +348,6 @@ async def test_a_write_that_fails_mid_body_fails_the_download_and_leaves_nothing
 
 # -- hostile servers ---------------------------------------------------------------------
 
-#: What a scripted server does on one connection: its number (from 1), then its streams.
-Script = Callable[[int, asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
-
-
-class Server:
-    """A loopback server that runs ``script`` on each connection it accepts."""
-
-    def __init__(self, script: Script, tls: ssl.SSLContext | None = None) -> None:
-        self.script = script
-        self.tls = tls
-        self.connections = 0
-        self.requests: list[bytes] = []
-        self._server: asyncio.Server | None = None
-        self._tasks: set[asyncio.Task[Any]] = set()
-
-    @property
-    def endpoint(self) -> str:
-        assert self._server is not None
-        port = self._server.sockets[0].getsockname()[1]
-        return f"{'https' if self.tls else 'http'}://127.0.0.1:{port}"
-
-    async def head(self, reader: asyncio.StreamReader) -> bytes:
-        head = await reader.readuntil(b"\r\n\r\n")
-        self.requests.append(head)
-        return head
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._tasks.add(task)
-        self.connections += 1
-        try:
-            await self.script(self.connections, reader, writer)
-        except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError, asyncio.CancelledError):
-            pass
-        finally:
-            writer.close()
-
-    async def __aenter__(self) -> Server:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=self.tls)
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        assert self._server is not None
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._server.close()
-        await self._server.wait_closed()
-
 
 def answer(head: bytes, body: bytes, *extra: bytes) -> tuple[bytes, bytes]:
     """The answer's head to a GET of ``body`` (206 for a Range), and the bytes it sends."""
@@ -444,16 +386,7 @@ async def send_slowly(writer: asyncio.StreamWriter, head: bytes, sent: bytes) ->
 
 
 def engine_for(endpoint: str, **config: Any) -> asyncdl.Engine:
-    settings = {
-        "read_timeout": 2.0,
-        "max_attempts": 3,
-        "backoff_base": 0.01,
-        "chunk_size": PART,
-        **config,
-    }
-    return asyncdl.Engine(
-        endpoint_url=endpoint, region="us-east-1", config=asyncdl.TransferConfig(**settings)
-    )
+    return _engine(endpoint, **{"max_attempts": 3, "chunk_size": PART, **config})
 
 
 BODY = payload(PART - 4321)
@@ -481,7 +414,7 @@ async def test_bytes_past_the_body_in_its_last_read_are_nobody_s(
             writer.write(sent[-1000:] + after)
             await writer.drain()
 
-    async with Server(script) as server, engine_for(server.endpoint) as engine:
+    async with _Scripted(script) as server, engine_for(server.endpoint) as engine:
         await engine.download("b", "k", tmp_path / "k")
         await engine.download("b", "k2", tmp_path / "k2")
     assert (tmp_path / "k").read_bytes() == BODY
@@ -510,7 +443,7 @@ async def test_the_next_answer_on_a_connection_after_a_diverted_body_is_read_rig
                 writer.write(start + sent)
             await writer.drain()
 
-    async with Server(script) as server, engine_for(server.endpoint) as engine:
+    async with _Scripted(script) as server, engine_for(server.endpoint) as engine:
         for key in bodies:
             await engine.download("b", key.decode(), tmp_path / key.decode())
     for key, body in bodies.items():
@@ -538,12 +471,12 @@ async def test_a_body_cut_mid_diversion_is_fetched_again_from_where_it_stopped(
         await writer.drain()
         await reader.read()
 
-    async with Server(script) as server, engine_for(server.endpoint) as engine:
+    async with _Scripted(script) as server, engine_for(server.endpoint) as engine:
         await engine.download("b", "k", tmp_path / "k")
     assert (tmp_path / "k").read_bytes() == BODY
     assert writes.made
     # The retry asked from the first byte not written: every byte that came was kept.
-    assert b"bytes=%d-" % (5 * CHUNK + 123 - 1000) in server.requests[-1], server.requests
+    assert b"bytes=%d-" % (5 * CHUNK + 123 - 1000) in server.heads[-1], server.heads
 
 
 @pytest.mark.usefixtures("aws_env")
@@ -568,7 +501,7 @@ async def test_a_body_trickled_a_byte_at_a_time_is_written_whole(
             await asyncio.sleep(0.001)
         await reader.read()
 
-    async with Server(script) as server, engine_for(server.endpoint) as engine:
+    async with _Scripted(script) as server, engine_for(server.endpoint) as engine:
         await engine.download("b", "k", tmp_path / "k")
     assert (tmp_path / "k").read_bytes() == BODY
     assert writes.size > len(BODY) // 2
@@ -589,10 +522,10 @@ async def test_a_stall_mid_diversion_is_caught_by_the_read_timeout(
         await writer.drain()
         await reader.read()
 
-    async with Server(script) as server, engine_for(server.endpoint, read_timeout=0.5) as engine:
+    async with _Scripted(script) as server, engine_for(server.endpoint, read_timeout=0.5) as engine:
         await asyncio.wait_for(engine.download("b", "k", tmp_path / "k"), 10)
     assert (tmp_path / "k").read_bytes() == BODY
-    assert b"bytes=%d-" % (len(BODY) - 1000) in server.requests[-1], server.requests
+    assert b"bytes=%d-" % (len(BODY) - 1000) in server.heads[-1], server.heads
 
 
 @pytest.mark.usefixtures("aws_env")
@@ -618,7 +551,7 @@ async def test_a_206_longer_than_its_content_range_is_refused_and_leaves_nothing
                 writer.write(start + sent)
             await writer.drain()
 
-    async with Server(script) as server, engine_for(server.endpoint) as engine:
+    async with _Scripted(script) as server, engine_for(server.endpoint) as engine:
         with pytest.raises(asyncdl.DownloadError, match="Content-Length"):
             await engine.download("b", "k", tmp_path / "k")
     assert all(offset + size <= PART for _, offset, size in writes.made)
@@ -643,7 +576,7 @@ async def test_a_body_over_tls_is_written_straight_from_the_socket(
 
     target = tmp_path / "out"
     target.mkdir()
-    async with Server(script, tls=server_tls) as server, engine_for(server.endpoint) as engine:
+    async with _Scripted(script, tls=server_tls) as server, engine_for(server.endpoint) as engine:
         await engine.download("b", "k", target / "k")
         await engine.download("b", "k", target / "k2")
     assert (target / "k").read_bytes() == data
@@ -672,7 +605,7 @@ async def test_writes_turning_slow_between_reads_hand_back_the_rest_whole(
             writer.write(sent[-1000:] + after)
             await writer.drain()
 
-    async with Server(script) as server, engine_for(server.endpoint) as engine:
+    async with _Scripted(script) as server, engine_for(server.endpoint) as engine:
         await engine.download("b", "k", tmp_path / "k")
         assert writes.made
         policy._off = 0.0
@@ -701,7 +634,7 @@ async def test_progress_sums_to_the_size_when_a_body_without_etag_starts_over(
             await writer.drain()
 
     seen: list[int] = []
-    async with Server(script) as server, engine_for(server.endpoint) as engine:
+    async with _Scripted(script) as server, engine_for(server.endpoint) as engine:
         await engine.download("b", "k", tmp_path / "k", progress=seen.append)
         stats = engine.stats()
     assert (tmp_path / "k").read_bytes() == BODY
@@ -735,11 +668,11 @@ async def test_a_body_over_tls_cut_mid_diversion_is_fetched_again_from_where_it_
 
     target = tmp_path / "out"
     target.mkdir()
-    async with Server(script, tls=server_tls) as server, engine_for(server.endpoint) as engine:
+    async with _Scripted(script, tls=server_tls) as server, engine_for(server.endpoint) as engine:
         await engine.download("b", "k", target / "k")
     assert (target / "k").read_bytes() == BODY
     assert writes.made
-    assert b"bytes=%d-" % (7 * CHUNK + 5 - 1000) in server.requests[-1], server.requests
+    assert b"bytes=%d-" % (7 * CHUNK + 5 - 1000) in server.heads[-1], server.heads
 
 
 async def test_the_byte_count_moves_while_a_body_is_diverted_without_a_progress_callback(

@@ -51,7 +51,7 @@ def _the_own_client(monkeypatch: pytest.MonkeyPatch) -> None:
 
 class _Scripted:
     """A loopback server that runs ``script`` on each connection it accepts, and counts
-    its connections and the request heads it read."""
+    its connections and the request heads it read (and keeps them)."""
 
     def __init__(self, script: Script, tls: ssl.SSLContext | None = None) -> None:
         self.script = script
@@ -60,6 +60,8 @@ class _Scripted:
         #: Connections open now.
         self.open = 0
         self.requests = 0
+        #: Each request head read, in order.
+        self.heads: list[bytes] = []
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
 
@@ -73,6 +75,7 @@ class _Scripted:
         """The next request's head (``IncompleteReadError`` once the client closed)."""
         head = await reader.readuntil(b"\r\n\r\n")
         self.requests += 1
+        self.heads.append(head)
         return head
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
