@@ -31,6 +31,7 @@ import pytest
 
 import asyncdl
 from asyncdl._files import quick_io
+from asyncdl._files.writer import TempFile
 from asyncdl._wire import own_direct, own_http
 from asyncdl.testing.tcp_proxy import Fault, RequestRecord, TcpProxy
 
@@ -697,3 +698,25 @@ async def test_the_byte_count_moves_while_a_body_is_diverted_without_a_progress_
     assert writes.size > len(data) // 2
     during = {sample for sample in samples if 0 < sample < len(data)}
     assert len(during) >= 4, samples
+
+
+async def test_a_small_file_still_written_whole_is_not_opened_early(
+    s3: Any, bucket: str, slow_proxy: TcpProxy, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A body under write_size, all of the object in its one answer, arriving over
+    # several reads: its temp file is never opened (nothing may be written before the
+    # body is whole), and the file is published in one go at the end.
+    data = payload(8 * CHUNK)
+    s3.put_object(Bucket=bucket, Key="k", Body=data)
+    opened: list[TempFile] = []
+    real_open = TempFile.open
+
+    async def recording_open(self: TempFile) -> None:
+        opened.append(self)
+        await real_open(self)
+
+    monkeypatch.setattr(TempFile, "open", recording_open)
+    async with make_client(slow_proxy.url) as client, asyncdl.Engine(client) as engine:
+        await engine.download(bucket, "k", tmp_path / "k")
+    assert (tmp_path / "k").read_bytes() == data
+    assert opened == []

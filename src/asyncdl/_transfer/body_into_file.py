@@ -48,9 +48,9 @@ async def write_rest(
     (the caller reads it as pieces). ``advance`` is told each run of bytes written,
     and ``report`` (progress) of them; a cut raises ``RetryableError`` with the bytes
     before it written and told."""
-    if not quick_io.QUICK_WRITES.allowed():
-        return False  # writes go off the loop for now: the pieces' way
     policy = quick_io.QUICK_WRITES
+    if not policy.allowed():
+        return False  # writes go off the loop for now: the pieces' way
     diversion = body.divert(Into(fd, offset, policy, crc, crc_value, reader.touch))
     if diversion is None:
         return False

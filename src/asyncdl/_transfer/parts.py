@@ -295,8 +295,7 @@ async def _drain(fetch: Fetch, response: Response, part: Part) -> None:
                 if divert and body.held == 0 and not body.complete:
                     divert = False
                     del chunk
-                    await writes.flush()
-                    await _write_rest(fetch, body, part, reader)
+                    await _write_rest(fetch, body, part, reader, writes)
                 elif writes.size >= flush_at:
                     del chunk  # held by the write only: it is freed when written
                     await writes.flush()
@@ -321,9 +320,13 @@ async def _drain(fetch: Fetch, response: Response, part: Part) -> None:
         raise RetryableError(f"body ended at byte {part.pos}, expected {limit}")
 
 
-async def _write_rest(fetch: Fetch, body: OwnResponse, part: Part, reader: BodyReader) -> None:
-    """The rest of the body straight from the socket into the file, if the sink is a
-    file written plainly (see ``body_into_file``); else nothing (it is read as pieces)."""
+async def _write_rest(
+    fetch: Fetch, body: OwnResponse, part: Part, reader: BodyReader, writes: _Writes
+) -> None:
+    """The rest of the body straight from the socket into the file, after the pieces
+    gathered, if the sink is a file open and written plainly (see ``body_into_file``);
+    else nothing, and nothing is written early: the pieces go on gathering (a small
+    file not open yet may still be written whole in one go, see ``writer.TempFile``)."""
     plain_writes = getattr(fetch.sink, "plain_writes", None)
     if plain_writes is None:
         return
@@ -335,18 +338,20 @@ async def _write_rest(fetch: Fetch, body: OwnResponse, part: Part, reader: BodyR
         counters.bytes += size
 
     with plain_writes() as fd:
-        if fd is not None:
-            report = fetch.progress.add if fetch.progress.callback is not None else None
-            await write_rest(
-                body,
-                fd,
-                part.pos,
-                reader,
-                crc=part.crc_fn,
-                crc_value=part.crc,
-                advance=advance,
-                report=report,
-            )
+        if fd is None:
+            return
+        await writes.flush()
+        report = fetch.progress.add if fetch.progress.callback is not None else None
+        await write_rest(
+            body,
+            fd,
+            part.pos,
+            reader,
+            crc=part.crc_fn,
+            crc_value=part.crc,
+            advance=advance,
+            report=report,
+        )
 
 
 def write_target(config: TransferConfig) -> int:
