@@ -6,8 +6,8 @@ buffer with ``os.pwrite`` at the body's offset in the file, in the loop's callba
 
 Read as pieces, every byte is received into a new ``bytes`` (one allocation per read,
 and its pages), handed through the answer and the reader, then written: the
-diversion makes no object per read and copies nothing in user space. A 512 MiB
-object cost a fifth less CPU this way.
+diversion makes no object per read and copies nothing in user space
+(benchmarks/README.md has what a 512 MiB object costs this way).
 
 Each write stays within a multiple of :data:`STEP` in the file (``file_writes``
 says why). A checksum is run over each write's bytes as it is made. The writes are
