@@ -74,10 +74,11 @@ async def test_an_s3_body_on_aiohttp_cut_by_a_reset_is_fetched_again_not_written
 #: An object small enough to come whole in the first read of its answer.
 TINY = payload(40, seed=7)
 
-#: Every way a GET takes: an S3 GET on the engine's own client and on aiohttp, a URL
-#: download, and each of the latter two through an HTTP proxy (the server is the proxy:
-#: it answers the absolute-form request itself).
-WAYS = ["own", "aiohttp", "url", "s3 proxy", "url proxy"]
+#: Every way a GET takes: an S3 GET on the engine's own client, on aiohttp and through
+#: botocore's ``get_object`` (``lean_get=False``), a URL download, and each of the S3 GET
+#: on aiohttp and the URL download through an HTTP proxy (the server is the proxy: it
+#: answers the absolute-form request itself).
+WAYS = ["own", "aiohttp", "get_object", "url", "s3 proxy", "url proxy"]
 
 
 def _engine_for(
@@ -94,7 +95,7 @@ def _engine_for(
     monkeypatch.setattr(own_http, "ENABLED", way == "own")
     # A bandwidth cap: the reader is slow, so a cut can come while it waits (and while the
     # own client has stopped reading its socket), not only while it reads.
-    return _engine(endpoint, max_bandwidth=400_000), endpoint
+    return _engine(endpoint, max_bandwidth=400_000, lean_get=way != "get_object"), endpoint
 
 
 async def _download(way: str, engine: asyncdl.Engine, endpoint: str, target: Path) -> int:

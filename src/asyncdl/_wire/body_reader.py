@@ -158,6 +158,14 @@ def note_ending(raw: aiohttp.ClientResponse) -> None:
         setattr(raw, _ENDING, ending)
 
 
+def note_body_ending(body: Any) -> None:
+    """:func:`note_ending` for a GET's body as botocore hands it over (``get_object``):
+    the aiohttp answer under a plain aiobotocore body; nothing for any other body."""
+    raw = _response_of(body)
+    if raw is not None:
+        note_ending(raw)
+
+
 def _close_delimited_ending(raw: aiohttp.ClientResponse) -> _Ending | None:
     """The :class:`_Ending` of an answer whose body only the connection's end delimits,
     ``None`` for any other: the one :func:`note_ending` took, else taken now."""

@@ -12,6 +12,7 @@ from typing import Any
 from ..config import TransferConfig
 from ..stats import NETWORK_ERROR, OK, THROTTLED, Counters, answer_outcome
 from .adaptive import SLOT, Budget
+from .body_reader import note_body_ending
 
 
 async def create_default_client(
@@ -80,11 +81,29 @@ async def create_default_client(
     # that would block the event loop. Read them in a thread first; botocore's loader
     # caches them, and create_client then takes a few ms on the loop.
     await asyncio.to_thread(_load_models, session)
-    return await stack.enter_async_context(
+    client = await stack.enter_async_context(
         session.create_client(
             "s3", config=client_config, endpoint_url=endpoint_url, region_name=region
         )
     )
+    client.meta.events.register(ANSWERED, note_endings, unique_id=ENDINGS_ID)
+    return client
+
+
+#: botocore's event for a GetObject answer before its parsing: its body is not read yet.
+ANSWERED = "before-parse.s3.GetObject"
+#: The handler's registration on a client (one per client, whatever the engines on it).
+ENDINGS_ID = "asyncdl-endings"
+
+
+def note_endings(*, response_dict: Any = None, **_: Any) -> None:
+    """Take how a ``get_object`` answer's body will end while its connection is there
+    (``body_reader.note_ending``): a body that only the connection's end delimits and
+    that came whole with the answer has its connection gone, its TLS and its session
+    with it, before any reader looks. Between the answer and this event botocore does
+    not give the loop a turn."""
+    if isinstance(response_dict, Mapping):
+        note_body_ending(response_dict.get("body"))
 
 
 def pool_size(config: TransferConfig) -> int:
@@ -145,6 +164,11 @@ class ClientRetries:
         hooked = cls(client, budget, counters)
         events.register("needs-retry.s3", hooked._ended, unique_id=f"{hooked._id}-ended")
         events.register("request-created.s3", hooked._created, unique_id=f"{hooked._id}-made")
+        # How its bodies end, as on a client the engine creates. One handler per client
+        # (a second engine's registration is a no-op), left when the engine closes: an
+        # engine still open on the client needs it, and it changes nothing a caller of
+        # the client sees (it notes how a close-delimited body ends, on its answer).
+        events.register(ANSWERED, note_endings, unique_id=ENDINGS_ID)
         return hooked
 
     def unhook(self) -> None:
