@@ -36,7 +36,7 @@ from typing import IO, Any
 
 import aiohttp
 from aiohttp.http_exceptions import HttpProcessingError
-from botocore.exceptions import ResponseStreamingError
+from botocore.exceptions import FlexibleChecksumError, ResponseStreamingError
 
 from ..errors import RetryableError, describe
 from ..progress import Reporter
@@ -57,6 +57,19 @@ def _response_of(body: Any) -> aiohttp.ClientResponse | None:
             return None
         body = getattr(body, "_raw_stream", None)
     return body if isinstance(body, aiohttp.ClientResponse) else None
+
+
+def _response_under(body: Any) -> aiohttp.ClientResponse | None:
+    """The aiohttp answer under any aiobotocore body, one that does work on its reads
+    (botocore's checksum check) included: to ask how its connection ended, never to
+    read past that work. ``None`` for any other body."""
+    if isinstance(body, aiohttp.ClientResponse):
+        return body
+    loaded = sys.modules.get("aiobotocore.response")
+    if loaded is None or not isinstance(body, loaded.AioStreamingBody):
+        return None
+    raw = getattr(body, "_raw_stream", None)
+    return raw if isinstance(raw, aiohttp.ClientResponse) else None
 
 
 def _stream_of(body: Any) -> aiohttp.StreamReader | None:
@@ -160,8 +173,9 @@ def note_ending(raw: aiohttp.ClientResponse) -> None:
 
 def note_body_ending(body: Any) -> None:
     """:func:`note_ending` for a GET's body as botocore hands it over (``get_object``):
-    the aiohttp answer under a plain aiobotocore body; nothing for any other body."""
-    raw = _response_of(body)
+    the aiohttp answer under an aiobotocore body (botocore's checksum check's too);
+    nothing for any other body."""
+    raw = _response_under(body)
     if raw is not None:
         note_ending(raw)
 
@@ -221,6 +235,11 @@ class BodyReader:
         #: How the body's connection ended, when that ends it, on aiohttp (see
         #: :class:`_Ending`); the own client judges its own.
         self._ended_by: _Ending | None = None
+        #: The same, for a body that checks what it reads (botocore's checksum check): a
+        #: cut shows as that check's failure at the body's end (the bytes are short),
+        #: which is then the cut, fetched again, not a checksum mismatch. A body that
+        #: passed its check is whole, whatever ended its connection.
+        self._checked_ended_by: _Ending | None = None
         if type(body) is OwnResponse:  # the engine's own client: the answer is its body
             self._stream = body
             #: The whole body is here already (a tiny object's, often): no read can
@@ -234,6 +253,8 @@ class BodyReader:
             self._whole = self._stream is not None and self._stream.is_eof()
             if raw is not None and self._stream is not None:
                 self._ended_by = _close_delimited_ending(raw)
+            elif (under := _response_under(body)) is not None:
+                self._checked_ended_by = _close_delimited_ending(under)
             if raw is not None and self._stream is not None and not self._whole:
                 # Half a write's worth waiting in aiohttp, and socket reads of that much
                 # at most: with the write being gathered and the one in flight, a
@@ -280,6 +301,11 @@ class BodyReader:
                         break
         except _BROKEN_BODY as exc:
             broken = RetryableError(f"the body broke off: {describe(exc)}")
+        except FlexibleChecksumError:
+            ending = self._checked_ended_by
+            if ending is None or not (cut := ending.cut()):
+                raise
+            broken = RetryableError(f"the body broke off: {cut}")
         else:
             if not data and self._ended_by is not None and (cut := self._ended_by.cut()):
                 broken = RetryableError(f"the body broke off: {cut}")

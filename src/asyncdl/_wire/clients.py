@@ -86,7 +86,7 @@ async def create_default_client(
             "s3", config=client_config, endpoint_url=endpoint_url, region_name=region
         )
     )
-    client.meta.events.register(ANSWERED, note_endings, unique_id=ENDINGS_ID)
+    client.meta.events.register_first(ANSWERED, note_endings, unique_id=ENDINGS_ID)
     return client
 
 
@@ -101,7 +101,7 @@ def note_endings(*, response_dict: Any = None, **_: Any) -> None:
     (``body_reader.note_ending``): a body that only the connection's end delimits and
     that came whole with the answer has its connection gone, its TLS and its session
     with it, before any reader looks. Between the answer and this event botocore does
-    not give the loop a turn."""
+    not give the loop a turn; the handler is registered first, before any that might."""
     if isinstance(response_dict, Mapping):
         note_body_ending(response_dict.get("body"))
 
@@ -168,7 +168,9 @@ class ClientRetries:
         # (a second engine's registration is a no-op), left when the engine closes: an
         # engine still open on the client needs it, and it changes nothing a caller of
         # the client sees (it notes how a close-delimited body ends, on its answer).
-        events.register(ANSWERED, note_endings, unique_id=ENDINGS_ID)
+        # First: a handler of the caller's own on the event may give the loop turns (an
+        # async one), in which a body that came whole has its connection end.
+        events.register_first(ANSWERED, note_endings, unique_id=ENDINGS_ID)
         return hooked
 
     def unhook(self) -> None:
