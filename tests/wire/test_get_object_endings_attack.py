@@ -15,6 +15,7 @@ import base64
 import contextlib
 import os
 import zlib
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +25,8 @@ from botocore.exceptions import ClientError
 import asyncdl
 from asyncdl._wire import body_reader, clients, own_http
 
-from ..conftest import make_client, payload
-from .test_aiohttp_cut_bodies import SCENARIOS, _answer
+from ..conftest import CHUNK, make_client, payload
+from .test_aiohttp_cut_bodies import SCENARIOS, _answer, _range_of
 from .test_own_http_attack import BODY, _Scripted, reset
 from .test_tls_truncation import truncate
 from .test_url_session import certificate
@@ -323,17 +324,19 @@ async def test_closing_the_engine_fails_a_close_delimited_stream_being_read(
         await engine.__aenter__()
         got: list[bytes] = []
         with pytest.raises(asyncdl.DownloadError):
-            await _read_closing(engine, got)
+            await _read_closing(engine, got, engine.aclose)
         assert b"".join(got) == BODY[:1000]
 
 
-async def _read_closing(engine: asyncdl.Engine, got: list[bytes]) -> None:
-    """Read a stream into ``got``, closing the engine once 1,000 bytes came."""
+async def _read_closing(
+    engine: asyncdl.Engine, got: list[bytes], close: Callable[[], Awaitable[Any]]
+) -> None:
+    """Read a stream into ``got``, calling ``close`` once 1,000 bytes came."""
     async with engine.stream("b", "k") as stream:
         async for piece in stream:
             got.append(piece)
             if sum(map(len, got)) >= 1000:
-                await engine.aclose()
+                await close()
 
 
 @pytest.mark.parametrize("borrowed", [False, True], ids=["own client", "borrowed"])
@@ -449,3 +452,67 @@ async def test_how_a_connection_ends_decides_on_a_borrowed_client_too(
     assert (tmp_path / "k").read_bytes() == data
     assert result.size == len(data)
     assert server.requests == SCENARIOS[scenario]
+
+
+# -- a multi-part download's parts, on a borrowed client ----------------------------------
+
+
+@pytest.mark.parametrize("tiny_tail", [False, True], ids=["parts", "tiny last part"])
+async def test_each_part_truncated_once_is_fetched_again_on_a_borrowed_client(
+    tiny_tail: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Ranged parts (206) that only their connection's end delimits, each one's first
+    # answer cut by a TLS truncation half-way (a tiny last part: the bytes and the end
+    # together), fetched in parallel; a part resumes from what it wrote.
+    data = payload(4 * CHUNK + (40 if tiny_tail else CHUNK // 2), seed=3)
+    cut_once: set[tuple[int, int]] = set()
+
+    async def script(n: int, reader: Any, writer: asyncio.StreamWriter) -> None:
+        first, last = _range_of(await server.head(reader), len(data))
+        part = data[first : last + 1]
+        status = f"206 Partial Content\r\nContent-Range: bytes {first}-{last}/{len(data)}"
+        head = f'HTTP/1.1 {status}\r\nETag: "v1"\r\n\r\n'.encode()
+        if first % CHUNK == 0 and (first, last) not in cut_once:  # not a resumed part
+            cut_once.add((first, last))
+            writer.write(head + part[: len(part) // 2])
+            await writer.drain()
+            if len(part) > 40:
+                await asyncio.sleep(0.05)
+            truncate(writer)
+            return
+        writer.write(head + part)
+        await writer.drain()
+
+    bundle, tls = certificate(tmp_path, "origin")
+    monkeypatch.setenv("AWS_CA_BUNDLE", str(bundle))
+    target = tmp_path / "out" / "k"
+    target.parent.mkdir()
+    async with (
+        _Scripted(script, tls=tls) as server,
+        make_client(server.endpoint) as client,
+        asyncdl.Engine(client, config=_config(chunk_size=CHUNK, max_concurrency=4)) as engine,
+    ):
+        result = await engine.download("b", "k", target)
+    assert target.read_bytes() == data
+    assert result.size == len(data)
+    # Each part was cut once (the first GET's retry may ask for the whole object).
+    assert len(cut_once) >= 5
+    assert server.requests > len(cut_once)
+
+
+async def test_closing_a_borrowed_client_fails_a_close_delimited_stream_being_read() -> None:
+    # The caller closes its client (its HTTP session with it) while a stream of an engine
+    # on it is being read: not the server's end of the body.
+    async def script(n: int, reader: Any, writer: asyncio.StreamWriter) -> None:
+        await server.head(reader)
+        writer.write(HEAD + b"\r\n" + BODY[:1000])
+        await writer.drain()
+        await reader.read()
+
+    async with _Scripted(script) as server:
+        client = await make_client(server.endpoint).__aenter__()
+        got: list[bytes] = []
+        async with asyncdl.Engine(client, config=_config(max_attempts=1)) as engine:
+            with pytest.raises(asyncdl.DownloadError):
+                await _read_closing(engine, got, lambda: client.__aexit__(None, None, None))
+    assert b"".join(got) == BODY[:1000]
