@@ -23,7 +23,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 import asyncdl
-from asyncdl._wire import body_reader, clients, own_http
+from asyncdl._wire import body_endings, clients, own_http
 
 from ..conftest import CHUNK, make_client, payload
 from .test_aiohttp_cut_bodies import SCENARIOS, _answer, _range_of
@@ -141,7 +141,7 @@ async def test_engines_opened_and_closed_on_a_client_leave_one_handler(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls: list[Any] = []
-    noted = body_reader.note_body_ending
+    noted = body_endings.note_body_ending
     monkeypatch.setattr(clients, "note_body_ending", lambda body: calls.append(noted(body)))
 
     async def script(n: int, reader: Any, writer: asyncio.StreamWriter) -> None:

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ssl
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -41,7 +40,7 @@ from botocore.exceptions import FlexibleChecksumError, ResponseStreamingError
 from ..errors import RetryableError, describe
 from ..progress import Reporter
 from .bandwidth import TokenBucket
-from .own_connection import TRUNCATED, tls_ended_cleanly
+from .body_endings import Ending, close_delimited_ending, response_under
 from .own_http import OwnBodyError, OwnResponse
 
 
@@ -57,19 +56,6 @@ def _response_of(body: Any) -> aiohttp.ClientResponse | None:
             return None
         body = getattr(body, "_raw_stream", None)
     return body if isinstance(body, aiohttp.ClientResponse) else None
-
-
-def _response_under(body: Any) -> aiohttp.ClientResponse | None:
-    """The aiohttp answer under any aiobotocore body, one that does work on its reads
-    (botocore's checksum check) included: to ask how its connection ended, never to
-    read past that work. ``None`` for any other body."""
-    if isinstance(body, aiohttp.ClientResponse):
-        return body
-    loaded = sys.modules.get("aiobotocore.response")
-    if loaded is None or not isinstance(body, loaded.AioStreamingBody):
-        return None
-    raw = getattr(body, "_raw_stream", None)
-    return raw if isinstance(raw, aiohttp.ClientResponse) else None
 
 
 def _stream_of(body: Any) -> aiohttp.StreamReader | None:
@@ -124,86 +110,6 @@ def _read_at_most(response: aiohttp.ClientResponse, size: int) -> None:
             transport.max_size = size
 
 
-@dataclass(slots=True, frozen=True)
-class _Ending:
-    """What ends a body that only its connection's end delimits (no Content-Length, not
-    chunked), on aiohttp: a clean close ends it (RFC 9112 §6.3), a reset cuts it, and so
-    does a TLS that ends without the server's close_notify (RFC 9112 §9.8). aiohttp
-    ends the body at any of them (its protocol feeds the parser its end whatever ended
-    the connection), so the reader asks at the body's end: aiohttp keeps how the
-    connection ended as its protocol's exception, a ``ServerDisconnectedError`` for a
-    close, the socket's error for a cut; and the TLS, how it ended (see
-    :func:`~asyncdl._wire.own_connection.tls_ended_cleanly`). A close is the server's
-    only while the answer's session is open: aiohttp says the same of a connection
-    that closing its session (the engine's close) closed. The answer keeps its protocol
-    once its connection is released (at the body's end); its TLS object and session
-    are taken while the connection is there."""
-
-    protocol: Any
-    tls: ssl.SSLObject | None
-    session: Any
-
-    def cut(self) -> str | None:
-        """What cut the body, ``None`` if a clean close ended it."""
-        ended = self.protocol.exception()
-        if isinstance(ended, BaseException) and not isinstance(
-            ended, aiohttp.ServerDisconnectedError
-        ):
-            return f"its connection was cut before its end: {describe(ended)}"
-        if getattr(self.session, "closed", False) is True:
-            return "its connection was closed, its session with it, before its end"
-        if self.tls is not None and not tls_ended_cleanly(self.tls):
-            return TRUNCATED
-        return None
-
-
-#: Where :func:`note_ending` keeps an answer's :class:`_Ending`.
-_ENDING = "_asyncdl_ending"
-
-
-def note_ending(raw: aiohttp.ClientResponse) -> None:
-    """Take how an answer's body will end (:class:`_Ending`) as soon as the answer came,
-    while its connection is there: a body that comes whole in the answer's first reads
-    has its connection ended, and gone, before any reader looks, and its TLS and its
-    session with it. Kept on the answer for its :class:`BodyReader`."""
-    ending = _close_delimited_ending(raw)
-    if ending is not None:
-        setattr(raw, _ENDING, ending)
-
-
-def note_body_ending(body: Any) -> None:
-    """:func:`note_ending` for a GET's body as botocore hands it over (``get_object``):
-    the aiohttp answer under an aiobotocore body (botocore's checksum check's too);
-    nothing for any other body."""
-    raw = _response_under(body)
-    if raw is not None:
-        note_ending(raw)
-
-
-def _close_delimited_ending(raw: aiohttp.ClientResponse) -> _Ending | None:
-    """The :class:`_Ending` of an answer whose body only the connection's end delimits,
-    ``None`` for any other: the one :func:`note_ending` took, else taken now."""
-    noted = getattr(raw, _ENDING, None)
-    if isinstance(noted, _Ending):
-        return noted
-    headers = raw.headers
-    if (
-        "Content-Length" in headers
-        or "chunked" in headers.get("Transfer-Encoding", "").lower()
-        or raw.status in (204, 304)
-        or raw.method == "HEAD"
-    ):
-        return None
-    protocol = getattr(raw, "_protocol", None)
-    if not callable(getattr(protocol, "exception", None)):
-        return None
-    connection = raw.connection
-    transport = connection.transport if connection is not None else None
-    tls = transport.get_extra_info("ssl_object") if transport is not None else None
-    session = getattr(raw, "_session", None)  # the answer drops it at the body's end
-    return _Ending(protocol, tls if isinstance(tls, ssl.SSLObject) else None, session)
-
-
 #: A body that broke: aiohttp's parser found its framing wrong (the pure-Python parser
 #: raises that as it is; the C one as a payload error), or its connection was cut.
 _BROKEN_BODY = (
@@ -233,13 +139,13 @@ class BodyReader:
         self._size = size
         self._stream: aiohttp.StreamReader | OwnResponse | None
         #: How the body's connection ended, when that ends it, on aiohttp (see
-        #: :class:`_Ending`); the own client judges its own.
-        self._ended_by: _Ending | None = None
+        #: :class:`~asyncdl._wire.body_endings.Ending`); the own client judges its own.
+        self._ended_by: Ending | None = None
         #: The same, for a body that checks what it reads (botocore's checksum check): a
         #: cut shows as that check's failure at the body's end (the bytes are short),
         #: which is then the cut, fetched again, not a checksum mismatch. A body that
         #: passed its check is whole, whatever ended its connection.
-        self._checked_ended_by: _Ending | None = None
+        self._checked_ended_by: Ending | None = None
         if type(body) is OwnResponse:  # the engine's own client: the answer is its body
             self._stream = body
             #: The whole body is here already (a tiny object's, often): no read can
@@ -252,9 +158,9 @@ class BodyReader:
             self._stream = _content_of(raw)
             self._whole = self._stream is not None and self._stream.is_eof()
             if raw is not None and self._stream is not None:
-                self._ended_by = _close_delimited_ending(raw)
-            elif (under := _response_under(body)) is not None:
-                self._checked_ended_by = _close_delimited_ending(under)
+                self._ended_by = close_delimited_ending(raw)
+            elif (under := response_under(body)) is not None:
+                self._checked_ended_by = close_delimited_ending(under)
             if raw is not None and self._stream is not None and not self._whole:
                 # Half a write's worth waiting in aiohttp, and socket reads of that much
                 # at most: with the write being gathered and the one in flight, a

@@ -12,7 +12,7 @@ from typing import Any
 from ..config import TransferConfig
 from ..stats import NETWORK_ERROR, OK, THROTTLED, Counters, answer_outcome
 from .adaptive import SLOT, Budget
-from .body_reader import note_body_ending
+from .body_endings import note_body_ending
 
 
 async def create_default_client(
@@ -98,7 +98,7 @@ ENDINGS_ID = "asyncdl-endings"
 
 def note_endings(*, response_dict: Any = None, **_: Any) -> None:
     """Take how a ``get_object`` answer's body will end while its connection is there
-    (``body_reader.note_ending``): a body that only the connection's end delimits and
+    (``body_endings.note_ending``): a body that only the connection's end delimits and
     that came whole with the answer has its connection gone, its TLS and its session
     with it, before any reader looks. Between the answer and this event botocore does
     not give the loop a turn; the handler is registered first, before any that might."""

@@ -35,7 +35,7 @@ from botocore.exceptions import (
 from yarl import URL
 
 from . import own_http
-from .body_reader import note_ending
+from .body_endings import note_ending
 
 #: aiobotocore adds a Host header per request when this is set: its own path does that.
 _PROXY_HOST_HEADER = "BOTO_EXPERIMENTAL__ADD_PROXY_HOST_HEADER"
