@@ -274,14 +274,16 @@ async def test_a_truncated_stream_on_a_client_that_checks_checksums_fails(
 
 
 @pytest.mark.parametrize("event", ["before-parse.s3.GetObject", "before-parse"])
-@pytest.mark.parametrize("when", ["before", "after"])
+@pytest.mark.parametrize("when", ["before", "after", "first"])
 @pytest.mark.parametrize("data", [TINY, BODY], ids=["tiny", "large"])
 async def test_a_caller_s_handler_that_yields_on_the_event_does_not_hide_a_truncation(
     data: bytes, when: str, event: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The caller's own before-parse handler, registered before the engine's or after,
     # gives the loop turns (an async one: aiobotocore awaits it): the connection of a
-    # body that came whole ends meanwhile. The engine's handler runs first.
+    # body that came whole ends meanwhile. The engine's handler runs first, unless the
+    # caller's was registered first before the engine opened: then how the TLS ended
+    # was not seen, and the body is not taken as whole.
     async def yields(**_: Any) -> None:
         await asyncio.sleep(0.2)
 
@@ -291,11 +293,33 @@ async def test_a_caller_s_handler_that_yields_on_the_event_does_not_hide_a_trunc
     ):
         if when == "before":
             client.meta.events.register(event, yields)
+        elif when == "first":
+            client.meta.events.register_first(event, yields)
         async with asyncdl.Engine(client, config=_config(max_attempts=1)) as engine:
             if when == "after":
                 client.meta.events.register(event, yields)
             with pytest.raises(asyncdl.DownloadError, match="close_notify"):
                 await _stream_after_it_came(engine)
+
+
+async def test_a_caller_s_first_handler_that_yields_makes_no_short_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The caller's handler runs before the engine's, and yields: a tiny body's TLS has
+    # ended, unseen, before anyone looked. Neither the truncated answer nor the whole
+    # one after it is taken as whole: the download fails, and leaves no file.
+    async def yields(**_: Any) -> None:
+        await asyncio.sleep(0.2)
+
+    async with (
+        _tls_server(tmp_path, monkeypatch, _truncating(TINY)) as server,
+        make_client(server.endpoint) as client,
+    ):
+        client.meta.events.register_first("before-parse.s3.GetObject", yields)
+        async with asyncdl.Engine(client, config=_config()) as engine:
+            with pytest.raises(asyncdl.DownloadError, match="was not seen"):
+                await engine.download("b", "k", tmp_path / "k")
+    assert sorted(os.listdir(tmp_path)) == ["origin.key", "origin.pem"]  # no file, no temp
 
 
 # -- the engine's close while a body is read ----------------------------------------------

@@ -50,6 +50,9 @@ class Ending:
     protocol: Any
     tls: ssl.SSLObject | None
     session: Any
+    #: A TLS connection that had ended, and gone, before anyone took how: whether the
+    #: server's close_notify ended it is not known, so the body is not taken as whole.
+    unseen: bool = False
 
     def cut(self) -> str | None:
         """What cut the body, ``None`` if a clean close ended it."""
@@ -62,8 +65,16 @@ class Ending:
             return "its connection was closed, its session with it, before its end"
         if self.tls is not None and not tls_ended_cleanly(self.tls):
             return TRUNCATED
+        if self.unseen:
+            return UNSEEN
         return None
 
+
+#: Why a body whose TLS connection ended before anyone looked is not taken as whole.
+UNSEEN = (
+    "its TLS connection had ended before its end was looked at: whether the server's "
+    "close_notify ended it (RFC 9112 §9.8) was not seen"
+)
 
 #: Where :func:`note_ending` keeps an answer's :class:`Ending`.
 _ENDING = "_asyncdl_ending"
@@ -90,7 +101,11 @@ def note_body_ending(body: Any) -> None:
 
 def close_delimited_ending(raw: aiohttp.ClientResponse) -> Ending | None:
     """The :class:`Ending` of an answer whose body only the connection's end delimits,
-    ``None`` for any other: the one :func:`note_ending` took, else taken now."""
+    ``None`` for any other: the one :func:`note_ending` took, else taken now. Taken
+    now, from an answer over TLS whose connection is gone already, it is ``unseen``:
+    only a handler of the caller's own that gave the loop a turn before ours (on a
+    client handed to the engine) lets that happen, and then a truncation cannot be
+    told from a clean close."""
     noted = getattr(raw, _ENDING, None)
     if isinstance(noted, Ending):
         return noted
@@ -109,4 +124,5 @@ def close_delimited_ending(raw: aiohttp.ClientResponse) -> Ending | None:
     transport = connection.transport if connection is not None else None
     tls = transport.get_extra_info("ssl_object") if transport is not None else None
     session = getattr(raw, "_session", None)  # the answer drops it at the body's end
-    return Ending(protocol, tls if isinstance(tls, ssl.SSLObject) else None, session)
+    unseen = connection is None and raw.url.scheme == "https"
+    return Ending(protocol, tls if isinstance(tls, ssl.SSLObject) else None, session, unseen)
