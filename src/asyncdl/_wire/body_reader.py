@@ -344,7 +344,11 @@ async def spool(body: Any, to: SpoolTo) -> tuple[SpooledBody, int]:
     # Made before the file: a connection that ended while the file was made (a small
     # body's, whole in its first read) would leave the reader nothing to ask how.
     reader = BodyReader(body, to.read_timeout, _SPOOL_WRITE, to.bandwidth)
-    file = await asyncio.to_thread(_unnamed_file, to.directory)
+    try:
+        file = await _made_in_thread(to.directory)
+    except BaseException:
+        body.close()
+        raise
     progress = to.progress
     size = reported = 0
     try:
@@ -378,6 +382,22 @@ async def spool(body: Any, to: SpoolTo) -> tuple[SpooledBody, int]:
     finally:
         body.close()
     return SpooledBody(file), size
+
+
+async def _made_in_thread(directory: str | None) -> IO[bytes]:
+    """:func:`_unnamed_file`, made in a thread; a file that thread makes after its
+    caller was cancelled is closed (gone) as soon as it is made, not left open."""
+    made = asyncio.get_running_loop().run_in_executor(None, _unnamed_file, directory)
+    try:
+        return await asyncio.shield(made)
+    except asyncio.CancelledError:
+        made.add_done_callback(_close_made)
+        raise
+
+
+def _close_made(made: asyncio.Future[IO[bytes]]) -> None:
+    if not made.cancelled() and made.exception() is None:
+        made.result().close()
 
 
 def _unnamed_file(directory: str | None) -> IO[bytes]:
