@@ -160,6 +160,26 @@ SCENARIOS = {
 }
 
 
+async def play(
+    scenario: str,
+    server: _Scripted,
+    n: int,
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+) -> None:
+    """Answer the request on ``server``'s ``n``-th connection as ``scenario`` says
+    (:data:`SCENARIOS`): its bytes, then a reset or a clean close."""
+    answer, cut = _answer(scenario, await server.head(reader), n)
+    writer.write(answer)
+    if cut and scenario not in ("same-read", "tiny"):
+        await writer.drain()
+        await asyncio.sleep(0.05)
+    if cut:
+        reset(writer)
+    else:
+        await writer.drain()
+
+
 @pytest.mark.usefixtures("aws_env")
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
 @pytest.mark.parametrize("way", WAYS)
@@ -167,15 +187,7 @@ async def test_how_a_connection_ends_decides_whether_its_body_is_whole(
     way: str, scenario: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async def script(n: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        answer, cut = _answer(scenario, await server.head(reader), n)
-        writer.write(answer)
-        if cut and scenario not in ("same-read", "tiny"):
-            await writer.drain()
-            await asyncio.sleep(0.05)
-        if cut:
-            reset(writer)
-        else:
-            await writer.drain()
+        await play(scenario, server, n, reader, writer)
 
     data = TINY if scenario.startswith("tiny") else BODY
     async with _Scripted(script) as server:

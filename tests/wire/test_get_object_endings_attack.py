@@ -26,7 +26,7 @@ import asyncdl
 from asyncdl._wire import body_endings, clients, own_http
 
 from ..conftest import CHUNK, make_client, payload
-from .test_aiohttp_cut_bodies import SCENARIOS, _answer, _range_of
+from .test_aiohttp_cut_bodies import SCENARIOS, _range_of, play
 from .test_own_http_attack import BODY, _Scripted, reset
 from .test_tls_truncation import truncate
 from .test_url_session import certificate
@@ -273,6 +273,11 @@ async def test_a_truncated_stream_on_a_client_that_checks_checksums_fails(
 # -- another handler on the same event ----------------------------------------------------
 
 
+async def _yields(**_: Any) -> None:
+    """A caller's own handler that gives the loop turns (aiobotocore awaits it)."""
+    await asyncio.sleep(0.2)
+
+
 @pytest.mark.parametrize("event", ["before-parse.s3.GetObject", "before-parse"])
 @pytest.mark.parametrize("when", ["before", "after", "first"])
 @pytest.mark.parametrize("data", [TINY, BODY], ids=["tiny", "large"])
@@ -284,20 +289,17 @@ async def test_a_caller_s_handler_that_yields_on_the_event_does_not_hide_a_trunc
     # body that came whole ends meanwhile. The engine's handler runs first, unless the
     # caller's was registered first before the engine opened: then how the TLS ended
     # was not seen, and the body is not taken as whole.
-    async def yields(**_: Any) -> None:
-        await asyncio.sleep(0.2)
-
     async with (
         _tls_server(tmp_path, monkeypatch, _truncating(data)) as server,
         make_client(server.endpoint) as client,
     ):
         if when == "before":
-            client.meta.events.register(event, yields)
+            client.meta.events.register(event, _yields)
         elif when == "first":
-            client.meta.events.register_first(event, yields)
+            client.meta.events.register_first(event, _yields)
         async with asyncdl.Engine(client, config=_config(max_attempts=1)) as engine:
             if when == "after":
-                client.meta.events.register(event, yields)
+                client.meta.events.register(event, _yields)
             with pytest.raises(asyncdl.DownloadError, match="close_notify"):
                 await _stream_after_it_came(engine)
 
@@ -308,14 +310,11 @@ async def test_a_caller_s_first_handler_that_yields_makes_no_short_file(
     # The caller's handler runs before the engine's, and yields: a tiny body's TLS has
     # ended, unseen, before anyone looked. Neither the truncated answer nor the whole
     # one after it is taken as whole: the download fails, and leaves no file.
-    async def yields(**_: Any) -> None:
-        await asyncio.sleep(0.2)
-
     async with (
         _tls_server(tmp_path, monkeypatch, _truncating(TINY)) as server,
         make_client(server.endpoint) as client,
     ):
-        client.meta.events.register_first("before-parse.s3.GetObject", yields)
+        client.meta.events.register_first("before-parse.s3.GetObject", _yields)
         async with asyncdl.Engine(client, config=_config()) as engine:
             with pytest.raises(asyncdl.DownloadError, match="was not seen"):
                 await engine.download("b", "k", tmp_path / "k")
@@ -455,15 +454,7 @@ async def test_how_a_connection_ends_decides_on_a_borrowed_client_too(
     scenario: str, capped: bool, tmp_path: Path
 ) -> None:
     async def script(n: int, reader: Any, writer: asyncio.StreamWriter) -> None:
-        answer, cut = _answer(scenario, await server.head(reader), n)
-        writer.write(answer)
-        if cut and scenario not in ("same-read", "tiny"):
-            await writer.drain()
-            await asyncio.sleep(0.05)
-        if cut:
-            reset(writer)
-        else:
-            await writer.drain()
+        await play(scenario, server, n, reader, writer)
 
     data = TINY if scenario.startswith("tiny") else BODY
     settings = {"max_bandwidth": 400_000} if capped else {}

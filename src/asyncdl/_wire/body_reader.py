@@ -50,12 +50,11 @@ def _response_of(body: Any) -> aiohttp.ClientResponse | None:
     on its reads (botocore's checksum check, for a client that validates responses
     itself) that reading past it would skip. aiobotocore's class is looked up, not
     imported: a body of it exists only once it is loaded (a URL command never loads it)."""
-    if not isinstance(body, aiohttp.ClientResponse):
-        loaded = sys.modules.get("aiobotocore.response")
-        if loaded is None or type(body) is not loaded.AioStreamingBody:
-            return None
-        body = getattr(body, "_raw_stream", None)
-    return body if isinstance(body, aiohttp.ClientResponse) else None
+    raw = response_under(body)
+    if raw is None or raw is body:
+        return raw
+    # Under an aiobotocore body (response_under found its class loaded): a plain one.
+    return raw if type(body) is sys.modules["aiobotocore.response"].AioStreamingBody else None
 
 
 def _stream_of(body: Any) -> aiohttp.StreamReader | None:
