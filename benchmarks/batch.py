@@ -84,10 +84,54 @@ def parse_clients(text: str) -> list[str]:
     return names
 
 
+#: Large downloads (at least this many bytes in all) run after ``warm_large_pages``.
+WARM_FROM = 64 * MiB
+#: The most ``warm_large_pages`` writes, whatever the download's size.
+WARM_MOST = 2 * GiB
+#: Its writes: as large as the CRT's (one per 8 MiB part), so the page cache takes
+#: them in folios as large as the CRT's will be.
+WARM_WRITE = 8 * MiB
+
+
+def warm_large_pages(directory: Path, size: int) -> None:
+    """Write ``size`` bytes (at most ``WARM_MOST``) in 8 MiB writes to a file in
+    ``directory``, then delete it: the memory a large download's page cache is about
+    to take is then memory the VM's host backs.
+
+    This machine's kernel hands free memory back to the VM's host in blocks of 2 MiB
+    and more (virtio-balloon's free page reporting, ``page_reporting_order`` 9). A
+    write of 2 MiB or more is cached in folios of that size, taken from such blocks,
+    and the host backs each again as it is first touched: charged to the writer as
+    kernel time, inside the copy into the page cache (``copy_folio_from_iter_atomic``
+    under perf). A 512 MiB file written in 8 MiB writes took 2.0 s of system time, in
+    1 MiB writes 0.3 s. The CRT writes each 8 MiB part in one call, and spent anything
+    from 1.1 to 4.7 s of CPU per GiB, by what the runs before it had freed; clients
+    that write 256 KiB or less at a time (asyncdl, s5cmd) were not touched. The
+    folios of this file, freed just before the run, are what the run's page cache
+    takes. Taking turns with asyncdl's runs on the 512 MiB object, 6 runs of the CRT
+    each spent 0.48-0.69 s after a warm-up of twice the object (the bound
+    ``worker_main`` asks for), 0.67-1.13 s after one of the object's size, 0.49-1.80 s
+    with none. Every large download runs after it, before its clock starts.
+    """
+    left = min(size, WARM_MOST)
+    handle, name = tempfile.mkstemp(prefix=".warm-", dir=directory)
+    try:
+        zeros = memoryview(bytes(WARM_WRITE))
+        offset = 0
+        while offset < left:
+            offset += os.pwrite(handle, zeros[: left - offset], offset)
+    finally:
+        os.close(handle)
+        os.unlink(name)
+
+
 def worker_main(args: argparse.Namespace) -> None:
     """Run one client and print one JSON line: its times, peak RSS and errors."""
     where = Path(args.dest)
     job = Job(args.endpoint_url, args.bucket, args.objects, args.concurrency, where, args.loop)
+    if args.objects * args.size >= WARM_FROM:
+        # Twice the download's bytes: once its size left some runs of the CRT slow.
+        warm_large_pages(where.parent, 2 * args.objects * args.size)
     print(json.dumps(run_worker(args.worker, job)), flush=True)
     # Measured and reported: the worker ends here, without the interpreter's
     # finalization. obstore's runtime aborted the process there (SIGABRT) in 4 of 30
@@ -176,6 +220,7 @@ def run_client(
     command = [sys.executable, __file__, "--worker", client, "--endpoint-url", url]
     command += ["--bucket", bucket, "--objects", str(args.objects), "--loop", loop]
     command += ["--concurrency", str(args.concurrency), "--dest", str(dest)]
+    command += ["--size", str(args.size)]
     try:
         proxy.reset_stats()
         # This process hosts the proxy (and moto; s3rver has its own process, counted

@@ -4,6 +4,7 @@ its rounds and what it keeps; no client is run (``run_client`` is replaced)."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -113,3 +114,40 @@ def test_a_dest_that_is_no_directory_is_refused(
         assert exited.value.code == 2
         assert f"--dest {dest}: not a directory" in capsys.readouterr().err
     assert sorted(tmp_path.iterdir()) == [file]
+
+
+def test_the_page_warm_up_writes_in_large_writes_up_to_its_bound_and_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writes: list[int] = []
+    real_pwrite = os.pwrite
+
+    def pwrite(fd: int, data: memoryview, offset: int) -> int:
+        writes.append(len(data))
+        return real_pwrite(fd, data, offset)
+
+    monkeypatch.setattr(os, "pwrite", pwrite)
+    batch.warm_large_pages(tmp_path, 2 * batch.WARM_WRITE + 5)
+    assert writes == [batch.WARM_WRITE, batch.WARM_WRITE, 5]
+    assert list(tmp_path.iterdir()) == []
+    writes.clear()
+    monkeypatch.setattr(batch, "WARM_MOST", batch.WARM_WRITE)
+    batch.warm_large_pages(tmp_path, 10 * batch.WARM_WRITE)
+    assert writes == [batch.WARM_WRITE]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_worker_warms_the_pages_before_a_large_download_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    warmed: list[tuple[Path, int]] = []
+    monkeypatch.setattr(batch, "warm_large_pages", lambda where, size: warmed.append((where, size)))
+    monkeypatch.setattr(batch, "run_worker", lambda client, job: {"wall_s": 1.0})
+    monkeypatch.setattr(os, "_exit", lambda status: None)
+    dest = tmp_path / "run"
+    dest.mkdir()
+    for size, objects in (("512MiB", "1"), ("1KiB", "1000")):
+        argv = ["--worker", "crt", "--endpoint-url", "http://127.0.0.1:9", "--bucket", "b"]
+        argv += ["--objects", objects, "--size", size, "--dest", str(dest)]
+        batch.worker_main(batch.parse_args(argv))
+    assert warmed == [(tmp_path, 2 * 512 * 1024 * 1024)]
