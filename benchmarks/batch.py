@@ -111,7 +111,8 @@ def warm_large_pages(directory: Path, size: int) -> None:
     takes. Taking turns with asyncdl's runs on the 512 MiB object, 6 runs of the CRT
     each spent 0.48-0.69 s after a warm-up of twice the object (the bound
     ``worker_main`` asks for), 0.67-1.13 s after one of the object's size, 0.49-1.80 s
-    with none. Every large download runs after it, before its clock starts.
+    with none; asyncdl's stayed within its spread, with or without (0.58-0.71 s).
+    Every large download runs after it, before its clock starts.
     """
     left = min(size, WARM_MOST)
     handle, name = tempfile.mkstemp(prefix=".warm-", dir=directory)
