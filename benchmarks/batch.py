@@ -116,6 +116,8 @@ def warm_large_pages(directory: Path, size: int) -> None:
     """
     left = min(size, WARM_MOST)
     handle, name = tempfile.mkstemp(prefix=".warm-", dir=directory)
+    # Nameless while it is written: a worker killed meanwhile leaves nothing behind.
+    os.unlink(name)
     try:
         zeros = memoryview(bytes(WARM_WRITE))
         offset = 0
@@ -123,7 +125,6 @@ def warm_large_pages(directory: Path, size: int) -> None:
             offset += os.pwrite(handle, zeros[: left - offset], offset)
     finally:
         os.close(handle)
-        os.unlink(name)
 
 
 def worker_main(args: argparse.Namespace) -> None:

@@ -123,6 +123,8 @@ def test_the_page_warm_up_writes_in_large_writes_up_to_its_bound_and_leaves_noth
     real_pwrite = os.pwrite
 
     def pwrite(fd: int, data: memoryview, offset: int) -> int:
+        # The file has no name while it is written (a worker killed leaves none).
+        assert list(tmp_path.iterdir()) == []
         writes.append(len(data))
         return real_pwrite(fd, data, offset)
 
