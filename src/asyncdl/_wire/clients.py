@@ -66,21 +66,29 @@ async def create_default_client(
         # botocore reads AWS_DEFAULT_REGION alone; the AWS CLI v2 and the other SDKs
         # read AWS_REGION first, and users of either set that one.
         region = os.environ.get("AWS_REGION") or None
-    session = get_session()  # a new session each time: its settings are this client's
-    if profile is not None:
-        # As botocore's Session(profile=...): it wins over AWS_PROFILE, and the
-        # environment's keys are no longer taken over the profile's.
-        session.set_config_variable("profile", profile)
     # botocore's results, read for less CPU (a listing's page most of all).
     factory = ParserFactory()
     factory.set_parser_defaults(
         timestamp_parser=_as_text if timestamps_as_text else parse_timestamp
     )
-    session.register_component("response_parser_factory", factory)
-    # botocore reads S3's models (a few MB of JSON) while it builds a client: ~60 ms
-    # that would block the event loop. Read them in a thread first; botocore's loader
-    # caches them, and create_client then takes a few ms on the loop.
-    await asyncio.to_thread(_load_models, session)
+
+    def new_session() -> Any:
+        session = get_session()  # a new session each time: its settings are this client's
+        if profile is not None:
+            # As botocore's Session(profile=...): it wins over AWS_PROFILE, and the
+            # environment's keys are no longer taken over the profile's.
+            session.set_config_variable("profile", profile)
+        session.register_component("response_parser_factory", factory)
+        _load_models(session)
+        return session
+
+    # In a thread, not on the event loop: botocore reads S3's models (a few MB of
+    # JSON, ~60 ms) while it builds a client, and a new session registers its ~120
+    # handlers, each with its signature inspected (7-15 ms). The loader caches the
+    # models, so create_client then takes only its own few ms on the loop. (The
+    # session and the models together made a step of the loop of 54 ms once, in a
+    # test that allows 50.)
+    session = await asyncio.to_thread(new_session)
     client = await stack.enter_async_context(
         session.create_client(
             "s3", config=client_config, endpoint_url=endpoint_url, region_name=region
