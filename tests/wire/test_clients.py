@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import threading
 from contextlib import AsyncExitStack
 from typing import Any
 
@@ -33,3 +34,26 @@ async def test_timestamps_as_text_leave_last_modified_as_sent(
         assert isinstance(modified, datetime.datetime)
         assert isinstance(head["LastModified"], datetime.datetime)
     assert page["Contents"][0]["Size"] == 1
+
+
+async def test_the_session_is_made_and_its_models_read_off_the_event_loop(
+    s3: Any, bucket: str, s3_endpoint: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A new botocore session registers ~120 handlers, inspecting each one's signature,
+    # and S3's models are megabytes of JSON: neither may block the loop.
+    import aiobotocore.session  # noqa: PLC0415
+
+    made_in: list[threading.Thread] = []
+    real = aiobotocore.session.get_session
+
+    def get_session() -> Any:
+        made_in.append(threading.current_thread())
+        return real()
+
+    monkeypatch.setattr(aiobotocore.session, "get_session", get_session)
+    s3.put_object(Bucket=bucket, Key="k", Body=b"x")
+    async with AsyncExitStack() as stack:
+        client = await create_default_client(stack, TransferConfig(), endpoint_url=s3_endpoint)
+        assert (await client.head_object(Bucket=bucket, Key="k"))["ContentLength"] == 1
+    assert len(made_in) == 1
+    assert made_in[0] is not threading.current_thread()
