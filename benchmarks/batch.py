@@ -131,9 +131,10 @@ def worker_main(args: argparse.Namespace) -> None:
     """Run one client and print one JSON line: its times, peak RSS and errors."""
     where = Path(args.dest)
     job = Job(args.endpoint_url, args.bucket, args.objects, args.concurrency, where, args.loop)
-    if args.objects * args.size >= WARM_FROM:
+    size = args.objects * args.size
+    if size >= WARM_FROM:
         # Twice the download's bytes: once its size left some runs of the CRT slow.
-        warm_large_pages(where.parent, 2 * args.objects * args.size)
+        warm_large_pages(where.parent, 2 * size)
     print(json.dumps(run_worker(args.worker, job)), flush=True)
     # Measured and reported: the worker ends here, without the interpreter's
     # finalization. obstore's runtime aborted the process there (SIGABRT) in 4 of 30
