@@ -53,11 +53,14 @@ async def test_no_slow_callbacks(
     # under writeback every stat() stalls, asyncio's debug mode itself stats a file
     # per frame of each handle it creates, and that stall is not asyncdl's.
     await asyncio.to_thread(os.sync)
-    # Debug mode records a traceback for every handle and request it creates, and
-    # linecache stat()s each frame's file to do it: on this file system that alone
-    # can stall for tens of ms. The test measures asyncdl, not that bookkeeping; and
-    # objects earlier tests left behind are frozen out of the collector's passes.
+    # Debug mode records a traceback, source lines included, for every future, task
+    # and handle it creates: linecache stat()s each frame's file and reads and
+    # tokenizes it the first time it is seen (the first GET reads dozens of botocore,
+    # aiohttp and asyncdl files, 57 ms in one CI run). The test measures asyncdl, not
+    # that bookkeeping; and objects earlier tests left behind are frozen out of the
+    # collector's passes.
     monkeypatch.setattr(linecache, "checkcache", lambda filename=None: None)
+    monkeypatch.setattr(linecache, "getline", lambda filename, lineno, module_globals=None: "")
     gc.collect()
     gc.freeze()
     request.addfinalizer(gc.unfreeze)
