@@ -37,3 +37,22 @@ async def test_it_counts_the_body_bytes_each_client_received(
                     got += chunk
     assert len(got) == 70_000
     assert proxy.response_bytes == 70_000
+
+
+async def test_a_request_is_counted_before_its_rule_is_asked(
+    proxy: TcpProxy, s3: Any, bucket: str
+) -> None:
+    # A test's rule may wake the test ("the HEAD is out") and the test then count the
+    # proxy's requests: that request must be among them by then, whichever thread runs.
+    s3.put_object(Bucket=bucket, Key="k", Body=payload(10))
+    counted: list[list[str]] = []
+
+    def rule(request: RequestRecord) -> Fault | None:
+        counted.append([r.method for r in proxy.requests])
+        return None
+
+    proxy.rule = rule
+    async with make_client(proxy.url) as client:
+        await client.head_object(Bucket=bucket, Key="k")
+        await client.head_object(Bucket=bucket, Key="k")
+    assert counted == [["HEAD"], ["HEAD", "HEAD"]]

@@ -323,13 +323,15 @@ class TcpProxy:
         method, path, _ = request_line.split(" ", 2)
         body = await reader.readexactly(int(headers.get("content-length", "0")))
         record = RequestRecord(method, path, headers)
-        fault = self.rule(record) if self.rule is not None else None
         with self._lock:
             stats = self._stats
             stats.requests.append(record)
             stats.in_flight += 1
             stats.max_in_flight = max(stats.max_in_flight, stats.in_flight)
         try:
+            # Counted first: a rule may wake a test on another thread, which then
+            # counts the requests, this one among them.
+            fault = self.rule(record) if self.rule is not None else None
             return await self._relay(head, body, method, fault, writer, down=down)
         finally:
             with self._lock:
