@@ -85,9 +85,7 @@ async def create_default_client(
     # In a thread, not on the event loop: botocore reads S3's models (a few MB of
     # JSON, ~60 ms) while it builds a client, and a new session registers its ~120
     # handlers, each with its signature inspected (7-15 ms). The loader caches the
-    # models, so create_client then takes only its own few ms on the loop. (The
-    # session and the models together made a step of the loop of 54 ms once, in a
-    # test that allows 50.)
+    # models, so create_client then takes only its own few ms on the loop.
     session = await asyncio.to_thread(new_session)
     client = await stack.enter_async_context(
         session.create_client(
