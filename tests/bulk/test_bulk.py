@@ -472,3 +472,25 @@ async def test_download_prefix_says_when_its_listing_has_ended(
     # Every result counted (a skipped and a refused one too); bytes of those fetched.
     assert [call[:2] for call in calls] == [(4, 10 + 2 * CHUNK)]
     assert done == 4
+
+
+async def test_a_name_the_file_system_refuses_fails_alone(
+    engine: asyncdl.Engine, s3: Any, bucket: str, tmp_path: Path
+) -> None:
+    # A key legal in S3 (up to 1,024 bytes) whose last part is longer than a file name
+    # may be (255 bytes): that object fails with the OS's reason, the others land.
+    long_key = "pre/" + "L" * 300
+    put_many(s3, bucket, {"pre/a": b"a", long_key: b"long", "pre/z": b"z"})
+    dest = tmp_path / "dest"
+
+    by_key = {r.key: r async for r in engine.download_prefix(bucket, "pre/", dest)}
+    requests = [(bucket, "pre/a", tmp_path / ("n" * 300)), (bucket, "pre/z", tmp_path / "z")]
+    many = {r.key: r async for r in engine.download_many(requests)}
+
+    assert by_key["pre/a"].ok
+    assert by_key["pre/z"].ok
+    assert isinstance(by_key[long_key].error, asyncdl.InvalidRequestError)
+    assert "too long" in str(by_key[long_key].error)
+    assert isinstance(many["pre/a"].error, asyncdl.InvalidRequestError)
+    assert many["pre/z"].ok
+    assert files_under(tmp_path) == ["dest/a", "dest/z", "z"]

@@ -290,6 +290,10 @@ USAGE_ERRORS = {
     "endpoint": (["cp", "--endpoint-url", "localhost", "s3://{bucket}/k", "{tmp}"], "not an http"),
     "-r to a file": (["cp", "-r", "s3://{bucket}/p/", "{tmp}/file"], "is not a directory"),
     "-r no parent": (["cp", "-r", "s3://{bucket}/p/", "{tmp}/a/b"], "directory '{tmp}/a' does"),
+    # Names the file system refuses (a part over 255 bytes): the OS's reason, no traceback.
+    "name too long": (["cp", "s3://{bucket}/k", "{tmp}/" + "n" * 300], "cannot be used: File"),
+    "dir too long": (["cp", "s3://{bucket}/k", "{tmp}/" + "d" * 300 + "/"], "cannot be used:"),
+    "-r too long": (["cp", "-r", "s3://{bucket}/p/", "{tmp}/" + "d" * 300], "cannot be used:"),
     "-r to stdout": (["cp", "-r", "s3://{bucket}/p/", "-"], "--recursive cannot write to stdout"),
     "json to stdout": (["cp", "--json", "s3://{bucket}/k", "-"], "--json cannot share stdout"),
     "stdout strategy": (["cp", "--strategy", "get-first", "s3://{bucket}/k", "-"], "--strategy"),

@@ -403,6 +403,7 @@ def test_a_failed_listing_removes_nothing(seeded: str, proxy: TcpProxy, tmp_path
         (["s3:///p", "{tmp}/d"], "names no bucket"),
         (["s3://{bucket}/p", "{tmp}/file"], "is not a directory"),
         (["s3://{bucket}/p", "{tmp}/no/such/d"], "does not exist"),
+        (["s3://{bucket}/p", "{tmp}/" + "d" * 300], "cannot be used: File name too long"),
         (["--concurrency", "0", "s3://{bucket}/p", "{tmp}/d"], "--concurrency"),
         (["--exclude"], "requires an argument"),
     ],

@@ -226,6 +226,31 @@ async def test_replacing_a_file_keeps_its_mode(tmp_path: Path, mode: int, opened
 
 
 @pytest.mark.parametrize("opened", [False, True], ids=["deferred", "opened"])
+async def test_replacing_a_link_gives_a_new_file_mode(tmp_path: Path, opened: bool) -> None:
+    # The link is replaced, not written through: the file it points at lends nothing,
+    # not even its mode (a link planted to an executable must not make the download one).
+    program = tmp_path / "program"
+    program.write_bytes(b"#!/bin/sh\n")
+    program.chmod(0o755)
+    target = tmp_path / "t"
+    target.symlink_to(program)
+    previous = os.umask(0o022)
+    try:
+        temp = TempFile(target, 3)
+        if opened:
+            await temp.open()
+        await temp.write(0, b"new")
+        await temp.commit()
+    finally:
+        os.umask(previous)
+    assert not target.is_symlink()
+    assert target.read_bytes() == b"new"
+    assert stat.S_IMODE(target.stat().st_mode) == 0o644
+    assert program.read_bytes() == b"#!/bin/sh\n"
+    assert stat.S_IMODE(program.stat().st_mode) == 0o755
+
+
+@pytest.mark.parametrize("opened", [False, True], ids=["deferred", "opened"])
 @pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
 async def test_a_new_file_gets_the_umask_default(tmp_path: Path, umask: int, opened: bool) -> None:
     previous = os.umask(umask)  # the runner's umask must not matter

@@ -151,6 +151,9 @@ async def test_existing_target_replaced_on_success(
         (lambda tmp: tmp, "is a directory"),
         (lambda tmp: "", "names no file"),
         (lambda tmp: f"{tmp}/a\x00b", "NUL byte"),
+        # The OS refuses the name: its reason is the error, not a bare OSError.
+        (lambda tmp: tmp / ("n" * 300), "cannot be used: .*too long"),
+        (lambda tmp: f"{tmp}/{'d' * 300}/file", "cannot be used: .*too long"),
     ],
 )
 async def test_bad_targets_touch_nothing(

@@ -12,9 +12,10 @@ from pathlib import Path
 
 def mode_of(target: str | Path, dir_fd: int | None = None) -> int | None:
     """An existing target's permission bits, which its replacement keeps (set-id and
-    sticky bits are not kept: writing a file clears them too)."""
+    sticky bits are not kept: writing a file clears them too). A link at the target is
+    replaced, not written through, so the file it points at lends no mode: ``None``."""
     try:
-        st = os.stat(target, dir_fd=dir_fd)
+        st = os.stat(target, dir_fd=dir_fd, follow_symlinks=False)
     except OSError:
         return None
     return stat.S_IMODE(st.st_mode) & 0o777 if stat.S_ISREG(st.st_mode) else None

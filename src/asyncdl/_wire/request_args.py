@@ -193,6 +193,21 @@ def check_target(path: str | os.PathLike[str], *, bucket: str, key: str) -> Path
         raise InvalidRequestError(f"path {text!r} holds a NUL byte", bucket=bucket, key=key)
     if not target.name or target.name in (".", ".."):
         raise InvalidRequestError(f"path {text!r} names no file", bucket=bucket, key=key)
+    try:
+        return _check_place(target, text, bucket=bucket, key=key)
+    except OSError as exc:
+        # A name too long for the file system, a directory on the way that may not be
+        # searched: the OS's own reason, as this target's error (one object of many
+        # fails alone, not the run).
+        reason = exc.strerror or str(exc)
+        raise InvalidRequestError(
+            f"path {text!r} cannot be used: {reason}", bucket=bucket, key=key
+        ) from None
+
+
+def _check_place(target: Path, text: str, *, bucket: str, key: str) -> Path:
+    """``check_target``'s checks on disk: no directory at the target, a writable one
+    above it."""
     if _is_dir(text):
         raise InvalidRequestError(f"path {text!r} is a directory", bucket=bucket, key=key)
     if _WRITABLE_DIR_IN_ONE_CALL and os.access(_as_directory(text), os.W_OK | os.X_OK):

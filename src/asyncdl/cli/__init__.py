@@ -11,7 +11,8 @@ with ``--debug``. Needs the ``cli`` extra: ``pip install 'asyncdl[cli]'``.
 
 ``app`` holds the group and the options every command shares, ``commands`` the
 commands, ``work`` what they run, ``params`` what the arguments accept and
-``output`` what is printed; ``sync`` and ``sync_work`` are ``sync``'s command and run,
+``output`` what is printed, ``destinations`` where ``cp`` and ``sync`` write (DEST
+checked); ``sync`` and ``sync_work`` are ``sync``'s command and run,
 ``ls`` and ``ls_work`` ``ls``'s, ``filter_options`` the options ``cp -r`` and ``sync``
 share, ``clean`` removes old partial files.
 """

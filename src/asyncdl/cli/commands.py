@@ -8,17 +8,15 @@ is about to run, its arguments parsed: ``--help`` and a usage error print in a b
 from __future__ import annotations
 
 import gc
-import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path, PurePosixPath
 
 import click
 
-from .._files.key_paths import is_own_name
 from . import clean as _clean  # noqa: F401 - registers asyncdl clean
 from .app import Settings, cli, make_settings, transfer_options
+from .destinations import dest_dir, dest_file
 from .filter_options import FilteredCommand, filter_options, filters
 from .output import Output, printable
 from .params import (
@@ -162,7 +160,7 @@ def cp(
         return _copy_prefix(
             ctx, settings, source, dest, strategy=strategy, dry_run=dry_run, json_lines=json_lines
         )
-    target = _dest_file(source, dest, ctx)
+    target = dest_file(source, dest, ctx)
     if dry_run:
         # As the AWS CLI's: what would be done, and nothing sent.
         _check_url(source, ctx)
@@ -188,7 +186,7 @@ def _copy_prefix(
     dry_run: bool,
     json_lines: bool,
 ) -> int:
-    root = _dest_dir(dest, ctx)
+    root = dest_dir(dest, ctx)
     with _engine_imports():
         from .sync_work import SyncJob, sync_prefix  # noqa: PLC0415 - see the module's docstring
         from .work import copy_prefix, run  # noqa: PLC0415
@@ -391,49 +389,3 @@ def demo(ctx: click.Context) -> int:
 
     demo_job.main(ctx.args)  # exits 130 itself on Ctrl-C (143 on SIGTERM), 2 on a bad option
     return 0
-
-
-def _dest_file(source: S3Url | HttpUrl, dest: str, ctx: click.Context) -> Path:
-    """Where one object goes: DEST, or DEST/<the key's (the URL path's) last segment>
-    if DEST is a directory (or ends with a separator, which says it must be one)."""
-    target = Path(dest)
-    into_dir = dest.endswith(("/", os.sep)) or target.is_dir()
-    if isinstance(source, HttpUrl):
-        if into_dir and source.name in ("", ".", ".."):
-            raise click.UsageError(f"{source} names no file: give DEST a file name", ctx=ctx)
-        name = source.name
-    else:
-        _check_key_names_a_file(source, ctx)
-        name = PurePosixPath(source.key).name
-    if into_dir:
-        if not target.is_dir():
-            raise click.UsageError(f"directory {dest!r} does not exist", ctx=ctx)
-        if is_own_name(name):
-            # A file DEST names is the user's to name; one named after the key would be
-            # taken for asyncdl's own (a partial adopted by its target, say).
-            raise click.UsageError(
-                f"{source} is named like one of asyncdl's own files (a partial file, "
-                "journal, temp file or record): give DEST a file name",
-                ctx=ctx,
-            )
-        target /= name
-    # The engine checks the rest (writable, not a directory) before it sends anything.
-    return target
-
-
-def _check_key_names_a_file(source: S3Url, ctx: click.Context) -> None:
-    if not source.key:
-        raise click.UsageError(f"{source} names no object; use --recursive for a prefix", ctx=ctx)
-    if source.key.endswith("/"):
-        raise click.UsageError(f"{source} names a folder; use --recursive for it", ctx=ctx)
-
-
-def _dest_dir(dest: str, ctx: click.Context) -> Path:
-    """A recursive copy's DEST: a directory, or one that can be made in an existing one
-    (it is created when the first object is listed, so a failed listing leaves nothing)."""
-    root = Path(dest)
-    if root.exists() and not root.is_dir():
-        raise click.UsageError(f"{dest!r} is not a directory", ctx=ctx)
-    if not root.exists() and not root.absolute().parent.is_dir():
-        raise click.UsageError(f"directory {str(root.absolute().parent)!r} does not exist", ctx=ctx)
-    return root

@@ -19,11 +19,11 @@ from .app import cli, make_settings, transfer_options
 from .commands import (
     _check_profile,
     _check_url,
-    _dest_dir,
     _engine_imports,
     _s3_url,
     _validate_option,
 )
+from .destinations import dest_dir
 from .filter_options import FilteredCommand, filter_options, filters
 from .output import Output
 from .params import S3Url
@@ -113,7 +113,7 @@ def sync(
     )
     if no_wait and not delete:
         raise click.UsageError("--no-wait applies only with --delete", ctx=ctx)
-    root = _dest_dir(dest, ctx)
+    root = dest_dir(dest, ctx)
     with _engine_imports():
         from .sync_work import SyncJob, sync_prefix  # noqa: PLC0415 - see the docstring
         from .work import run  # noqa: PLC0415
