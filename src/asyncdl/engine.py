@@ -16,7 +16,7 @@ from ._bulk.bulk import DownloadItem
 from ._reads.engine_reads import MemoryReads
 from ._reads.streaming import ObjectStream
 from ._transfer import jobs, transfer
-from ._transfer.context import Context
+from ._transfer.context import Context, usable
 from ._transfer.strategies import Strategy
 from ._wire.adaptive import Budget, own_slots
 from ._wire.client_settings import ClientSettings
@@ -35,7 +35,8 @@ class Engine(MemoryReads):
     Use it as ``async with Engine() as engine:``. Without ``client`` the engine
     creates one from the default aiobotocore session (standard AWS environment and
     config files) and closes it on exit; a client passed in is borrowed, never closed.
-    The settings of the client it creates are ``ValueError`` with a ``client``.
+    The settings of the client it creates are ``ValueError`` with a ``client``. It
+    belongs to the loop that opened it: from another it raises ``RuntimeError``.
 
     Args:
         client: An aiobotocore S3 client to borrow, used as it is; ``None`` to create one.
@@ -89,6 +90,7 @@ class Engine(MemoryReads):
 
     async def _open(self) -> None:
         if self._ctx is not None:
+            usable(self._ctx)
             return
         if self._owns_client:
             self._client = await create_default_client(
@@ -135,7 +137,7 @@ class Engine(MemoryReads):
         (a snapshot; counting is always on); once closed, what it had done then."""
         if self._ctx is None and self._final_stats is not None:
             return self._final_stats
-        ctx = self._context
+        ctx = usable(self._ctx, any_loop=True)  # a metrics exporter's thread may ask
         budget = ctx.budget
         return ctx.counters.snapshot(
             limit=budget.limit, max_concurrency=self.config.max_concurrency, cuts=budget.cuts
@@ -143,9 +145,7 @@ class Engine(MemoryReads):
 
     @property
     def _context(self) -> Context:
-        if self._ctx is None:
-            raise RuntimeError("the Engine is not open: use 'async with Engine() as engine:'")
-        return self._ctx
+        return usable(self._ctx)
 
     async def download(
         self,

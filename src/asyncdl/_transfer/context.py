@@ -61,6 +61,9 @@ class Context:
     #: Tasks that outlive the call that started them (a reader's bytes fetched ahead):
     #: cancelled, and waited for, as the engine closes, before its client does.
     _background: set[asyncio.Task[Any]] = field(default_factory=set, init=False)
+    #: The loop that opened the engine: its connections, its budget's waiters and its
+    #: tasks are that loop's.
+    loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.get_running_loop, init=False)
 
     def __post_init__(self) -> None:
         rate = self.config.max_bandwidth
@@ -157,3 +160,24 @@ class Context:
         if self._url_session is not None:
             session, self._url_session = self._url_session, None
             await session.close()
+
+
+def usable(ctx: Context | None, *, any_loop: bool = False) -> Context:
+    """An open engine's context, for a call on the loop that opened it (``any_loop``:
+    on any, to read its counters); else ``RuntimeError``, at once. From another loop (a
+    second thread's, a later ``asyncio.run``'s) the engine's pooled connections and its
+    budget's waiters would hang, or break its own loop's downloads too."""
+    if ctx is None:
+        raise RuntimeError("the Engine is not open: use 'async with Engine() as engine:'")
+    if any_loop:
+        return ctx
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        return ctx  # not from a coroutine: nothing is sent from here
+    if running is not ctx.loop:
+        raise RuntimeError(
+            "this Engine was opened on another event loop; an Engine is used on the "
+            "loop that opened it (open one per loop, or per thread that runs one)"
+        )
+    return ctx

@@ -84,18 +84,19 @@ async def list_pages(
             return page
 
     ahead: asyncio.Task[dict[str, Any]] | None = None
+    # Every token handed out so far: one a server gives again (A, B, A...) would keep
+    # the listing going forever. One per page, so a few KiB for a million keys.
+    tokens: set[str] = set()
     try:
         page = await fetch(dict(request))
         while True:
-            token = page.get("NextContinuationToken")
-            more = bool(page.get("IsTruncated") and token)
-            if more:
-                if token == request.get("ContinuationToken"):
-                    # As botocore's paginator: a server that hands back the same page
-                    # forever must not keep a listing going forever.
+            if _next_token(page, bucket=bucket, prefix=prefix):
+                token = page["NextContinuationToken"]
+                if token in tokens:
                     raise DownloadError(
-                        "the listing repeated its continuation token", bucket=bucket, key=prefix
+                        "the listing repeated a continuation token", bucket=bucket, key=prefix
                     )
+                tokens.add(token)
                 request["ContinuationToken"] = token
                 ahead = asyncio.create_task(fetch(dict(request)))
             yield page
@@ -106,3 +107,39 @@ async def list_pages(
         if ahead is not None:
             ahead.cancel()
             await asyncio.gather(ahead, return_exceptions=True)
+
+
+def _next_token(page: Mapping[str, Any], *, bucket: str, prefix: str) -> bool:
+    """Whether another page follows ``page``; a ``DownloadError`` for an answer that
+    cannot say whether the listing is whole.
+
+    S3 sends IsTruncated on every page, and NextContinuationToken exactly when it is
+    true. A 200 without IsTruncated is no listing (a proxy's login page, an empty body,
+    another document, which a parser reads as a page of nothing), and a page that
+    says more follow without naming the next (or names one on the last page) cannot
+    be followed: either would pass for a whole listing, and ``sync --delete`` deletes
+    what a whole listing does not name.
+    """
+    token = page.get("NextContinuationToken")
+    if "IsTruncated" not in page:
+        raise DownloadError(
+            "the answer to a listing request is not a listing (no IsTruncated)",
+            bucket=bucket,
+            key=prefix,
+        )
+    if page["IsTruncated"] is True:
+        if not isinstance(token, str) or not token:
+            raise DownloadError(
+                "a listing page says more follow but names no next page (no NextContinuationToken)",
+                bucket=bucket,
+                key=prefix,
+            )
+        return True
+    if token:
+        raise DownloadError(
+            "the last listing page names a next one (IsTruncated is not true, yet a "
+            "NextContinuationToken is given)",
+            bucket=bucket,
+            key=prefix,
+        )
+    return False
