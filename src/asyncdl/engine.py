@@ -113,7 +113,7 @@ class Engine(MemoryReads):
         self._ctx = ctx
 
     async def aclose(self) -> None:
-        """Close the client the engine created (a borrowed one stays open)."""
+        """Close the engine's own client (a borrowed one stays open); what runs on it fails."""
         ctx = self._ctx
         if ctx is not None:
             self._final_stats = self.stats()

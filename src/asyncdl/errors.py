@@ -214,6 +214,14 @@ def is_retryable(exc: BaseException) -> bool:
     return False
 
 
+class EngineClosed(RuntimeError):
+    """The engine closed while a download, stream or listing ran on it: its next
+    request is not sent. Not retried; ``translate`` names it for the object."""
+
+    def __init__(self) -> None:
+        super().__init__("the Engine was closed while this ran")
+
+
 class RangeNotSatisfiable(Exception):
     """A 416 answer; ``actual_size`` is S3's ``ActualObjectSize`` when it sent one.
     The first GET of a read takes it as an answer (the size); anywhere else the object
@@ -246,6 +254,8 @@ def translate(exc: BaseException, *, bucket: str, key: str, attempts: int = 1) -
                 f"the object changed during the download ({code}); try again", **where
             )
         return DownloadError(f"S3 answered HTTP {status} {code}{tried}: {message}", **where)
+    if isinstance(exc, EngineClosed):
+        return DownloadError(str(exc), **where)
     if isinstance(exc, RangeNotSatisfiable):
         now = "" if exc.actual_size is None else f", it is now {exc.actual_size} bytes"
         return ObjectChangedError(f"the server refused bytes it had (HTTP 416){now}", **where)

@@ -154,6 +154,8 @@ async def test_existing_target_replaced_on_success(
         # The OS refuses the name: its reason is the error, not a bare OSError.
         (lambda tmp: tmp / ("n" * 300), "cannot be used: .*too long"),
         (lambda tmp: f"{tmp}/{'d' * 300}/file", "cannot be used: .*too long"),
+        # A trailing separator says "a directory": the OS would refuse such a file too.
+        (lambda tmp: f"{tmp}/out/", "ends with a separator"),
     ],
 )
 async def test_bad_targets_touch_nothing(
@@ -170,6 +172,17 @@ async def test_bad_targets_touch_nothing(
         await engine.download(bucket, "k", make_path(tmp_path))
     assert proxy.requests == []
     assert os.listdir(tmp_path) == []
+
+
+async def test_a_file_named_with_a_trailing_separator_is_left_alone(
+    engine: asyncdl.Engine, s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path
+) -> None:
+    s3.put_object(Bucket=bucket, Key="k", Body=b"data")
+    (tmp_path / "notes").write_bytes(b"mine")
+    with pytest.raises(asyncdl.InvalidRequestError, match="ends with a separator"):
+        await engine.download(bucket, "k", f"{tmp_path}/notes/")
+    assert (tmp_path / "notes").read_bytes() == b"mine"
+    assert proxy.requests == []
 
 
 @pytest.mark.parametrize(

@@ -152,6 +152,8 @@ class Context:
 
     async def close(self) -> None:
         self.closed = True
+        # What still runs on the engine fails at its next request; none goes out.
+        self.budget.close()
         if self._background:
             for task in self._background:
                 task.cancel()

@@ -23,6 +23,8 @@ from collections import deque
 from collections.abc import Iterator
 from contextvars import ContextVar
 
+from ..errors import EngineClosed
+
 #: The share of the limit kept after a throttled answer, as TCP's halving. Measured
 #: against 0.7 (the AWS SDKs' adaptive retry mode): from 64 to a server that serves 8,
 #: 0.7 takes five cuts, one per retry of the first burst, and some of its requests ran
@@ -36,7 +38,16 @@ class Budget:
     """Slots for requests in flight; ``acquire()`` returns the epoch to hand back
     to :meth:`throttled` should the request be throttled. Not thread-safe (one loop)."""
 
-    __slots__ = ("_acked", "_adaptive", "_epoch", "_in_flight", "_limit", "_max", "_waiters")
+    __slots__ = (
+        "_acked",
+        "_adaptive",
+        "_closed",
+        "_epoch",
+        "_in_flight",
+        "_limit",
+        "_max",
+        "_waiters",
+    )
 
     def __init__(self, max_concurrency: int, *, adaptive: bool = True) -> None:
         self._max = max_concurrency
@@ -48,6 +59,8 @@ class Budget:
         #: Cuts so far: a request let in before the last one cannot cut again.
         self._epoch = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
+        #: Set as the engine closes: no request goes out after it.
+        self._closed = False
 
     @property
     def limit(self) -> int:
@@ -64,7 +77,10 @@ class Budget:
         return self._epoch
 
     async def acquire(self) -> int:
-        """Wait for a slot (first come, first served); return the current epoch."""
+        """Wait for a slot (first come, first served); return the current epoch.
+        ``EngineClosed`` once the engine has closed, however long it waited."""
+        if self._closed:
+            raise EngineClosed
         if self._in_flight < self._limit and not self._waiters:
             self._in_flight += 1
             SLOT.set((self, self._epoch))
@@ -84,6 +100,14 @@ class Budget:
             self._wake()
         SLOT.set((self, self._epoch))
         return self._epoch
+
+    def close(self) -> None:
+        """The engine closes: every request waiting for a slot, and any asked for
+        later, gets ``EngineClosed`` instead of going out."""
+        self._closed = True
+        for future in self._waiters:
+            if not future.done():
+                future.set_exception(EngineClosed())
 
     def release(self) -> None:
         """Hand a slot back (a request that failed, or whose answer says nothing of

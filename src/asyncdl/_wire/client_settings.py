@@ -137,7 +137,10 @@ class ClientSettings:
 
     def refuse_with(self, client: object) -> None:
         """``ValueError`` when settings were given beside a ``client``: they configure
-        the client an engine creates, and one passed in is used as it is."""
+        the client an engine creates, and one passed in is used as it is. And for a
+        ``client`` that is plainly no opened aiobotocore S3 client (see :func:`_check`)."""
+        if client is not None:
+            _check(client)
         given = self.given
         if client is None or not given:
             return
@@ -155,3 +158,23 @@ class ClientSettings:
             "profile": self.profile,
             "unsigned": self.unsigned,
         }
+
+
+def _check(client: object) -> None:
+    """``ValueError`` for the mistakes made with ``Engine(client)``: boto3's client,
+    another service's, aiobotocore's ``create_client`` not entered, a value in the
+    client's place. Anything else is taken as it is (a test's stand-in included)."""
+    problem = None
+    model = getattr(getattr(client, "meta", None), "service_model", None)
+    service = getattr(model, "service_name", None)
+    kinds = {f"{kind.__module__}.{kind.__name__}" for kind in type(client).__mro__}
+    if "aiobotocore.session.ClientCreatorContext" in kinds:
+        problem = "a client not opened: 'async with session.create_client(\"s3\") as client'"
+    elif isinstance(service, str) and service != "s3":
+        problem = f"a client of {service!r}"
+    elif service == "s3" and "aiobotocore.client.AioBaseClient" not in kinds:
+        problem = "a synchronous (boto3 or botocore) client"
+    elif isinstance(client, (str, bytes, int, float)):
+        problem = f"{type(client).__name__} {client!r}"
+    if problem is not None:
+        raise ValueError(f"client must be an opened aiobotocore S3 client, got {problem}")

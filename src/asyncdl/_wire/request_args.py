@@ -168,6 +168,9 @@ def _is_dir(text: str) -> bool:
         return False
 
 
+#: What ends a path that names a directory.
+_SEPARATORS = (os.sep, os.altsep) if os.altsep else (os.sep,)
+
 #: Whether ``access("dir/")`` fails for anything but a directory, as POSIX has it.
 _WRITABLE_DIR_IN_ONE_CALL = os.name == "posix"
 
@@ -182,12 +185,20 @@ def check_target(path: str | os.PathLike[str], *, bucket: str, key: str) -> Path
     """The target must be creatable in an existing, writable directory."""
     try:
         # A plain Path (a bulk download's targets) is taken as it is: parsed again, it
-        # is the same Path, at a cost per object.
-        target = path if type(path) is _PATH else Path(os.fspath(path))
+        # is the same Path, at a cost per object. It has no trailing separator to lose.
+        raw = path if type(path) is _PATH else os.fspath(path)
+        target = raw if type(raw) is _PATH else Path(raw)
     except TypeError:
         raise InvalidRequestError(
             f"path must be a str or os.PathLike, got {path!r}", bucket=bucket, key=key
         ) from None
+    if isinstance(raw, str) and raw.endswith(_SEPARATORS):
+        # "out/" names a directory: Path would drop the "/" and write a file "out".
+        raise InvalidRequestError(
+            f"path {raw!r} ends with a separator: it names a directory, not a file",
+            bucket=bucket,
+            key=key,
+        )
     text = str(target)
     if "\x00" in text:
         raise InvalidRequestError(f"path {text!r} holds a NUL byte", bucket=bucket, key=key)

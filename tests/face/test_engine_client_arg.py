@@ -1,0 +1,50 @@
+"""What ``Engine(client)`` accepts: an opened aiobotocore S3 client. The mistakes made
+with it (boto3's client, another service's, the unopened ``create_client``, an
+endpoint's URL in its place) are a ``ValueError`` at once that says what was passed,
+not a failure at the first download after requests went out."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import boto3
+import pytest
+from aiobotocore.session import get_session
+
+import asyncdl
+from asyncdl.testing.tcp_proxy import TcpProxy
+
+from ..conftest import make_client
+
+
+def test_a_boto3_client_is_refused(proxy: TcpProxy) -> None:
+    synchronous = boto3.client("s3", endpoint_url=proxy.url, region_name="us-east-1")
+    with pytest.raises(ValueError, match=r"aiobotocore S3 client.*synchronous"):
+        asyncdl.Engine(synchronous)
+    assert proxy.requests == []
+
+
+async def test_another_service_s_client_is_refused() -> None:
+    session = get_session()
+    async with session.create_client("sqs", region_name="us-east-1") as sqs:
+        with pytest.raises(ValueError, match=r"aiobotocore S3 client.*'sqs'"):
+            asyncdl.Engine(sqs)
+
+
+async def test_the_unopened_create_client_is_refused(proxy: TcpProxy) -> None:
+    unopened = make_client(proxy.url)
+    with pytest.raises(ValueError, match="not opened: 'async with"):
+        asyncdl.Engine(unopened)
+    async with unopened:  # what was meant
+        pass
+
+
+@pytest.mark.parametrize("given", ["https://s3.example.com", b"bucket", 3])
+def test_a_value_in_the_client_s_place_is_refused(given: Any) -> None:
+    with pytest.raises(ValueError, match=f"aiobotocore S3 client, got {type(given).__name__}"):
+        asyncdl.Engine(given)
+
+
+async def test_an_opened_aiobotocore_s3_client_is_taken(proxy: TcpProxy) -> None:
+    async with make_client(proxy.url) as client, asyncdl.Engine(client) as engine:
+        assert engine.client is client
