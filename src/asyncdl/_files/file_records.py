@@ -20,9 +20,11 @@ nothing: its file is fetched again (and recorded anew), never deleted. Nor does 
 record on a file another user owns, who may rewrite it and set its mtime back.
 
 The record is kept in the user xattr ``user.asyncdl.etag`` where the file system
-allows it, else in a sidecar under ``dest_dir/.asyncdl-etags/``. The sidecar is one
-JSON-lines file per writing process (host and pid in its name): appends from two
-processes never share a file, so they cannot interleave, and a reader takes the
+allows it and the record fits there (JSON escapes a character past ASCII to six
+bytes, in the key and again in the path: a record can outgrow the 4 KiB ext4 gives
+a file's xattrs), else in a sidecar under ``dest_dir/.asyncdl-etags/``. The sidecar
+is one JSON-lines file per writing process (host and pid in its name): appends from
+two processes never share a file, so they cannot interleave, and a reader takes the
 union of all of them. A destination may be shared: the sidecar's directory and files
 hold records only if they are this user's alone (``own_files``: not a link, not a
 FIFO, nobody else may write them), and what is read of them is bounded. A record is
@@ -74,6 +76,9 @@ logger = logging.getLogger("asyncdl")
 _LOOK_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
 #: errnos that mean "this file system (or file) takes no user xattrs": fall back.
 _NO_XATTR = {errno.ENOTSUP, errno.EOPNOTSUPP, errno.EPERM, errno.EACCES, errno.ENOSYS}
+#: errnos of a value too big for the file's xattrs (ext4 gives a file one 4 KiB block
+#: for all of them; Linux refuses a value over 64 KiB): that record goes to the sidecar.
+_TOO_BIG = {errno.ENOSPC, errno.E2BIG}
 
 
 def bare_etag(etag: str) -> str:
@@ -225,14 +230,9 @@ class EtagStore:
             "key": key,
             "root": root,
         }
-        try:
-            if not _force_sidecar:
-                # The xattr names its path itself: it travels with the file.
-                os.setxattr(file, XATTR, json.dumps({**value, "path": relative}).encode())
-                return
-        except OSError as exc:
-            if exc.errno not in _NO_XATTR:
-                raise
+        # The xattr names its path itself: it travels with the file.
+        if not _force_sidecar and _into_xattr(file, json.dumps({**value, "path": relative})):
+            return
         self._append(target, value)  # a sidecar line names its path already
         with self._lock:
             if self._sidecar is not None:
@@ -277,6 +277,31 @@ class EtagStore:
 
     def _relative(self, target: Path) -> str:
         return target.relative_to(self.dest_dir).as_posix()
+
+
+def _into_xattr(file: Path | int, record: str) -> bool:
+    """Whether ``record`` went into the xattr of ``file``; if not, the sidecar takes it:
+    the file system takes no user xattrs, or none this big."""
+    data = record.encode()
+    # A value no reader takes from an xattr is not offered to one, whatever the file
+    # system would keep (XFS keeps 64 KiB).
+    if len(data) <= MAX_XATTR:
+        try:
+            os.setxattr(file, XATTR, data)
+            return True
+        except OSError as exc:
+            if exc.errno in _NO_XATTR:
+                return False
+            if exc.errno not in _TOO_BIG:
+                raise
+    # A record this file's xattr still holds (a setxattr that failed left it there)
+    # would be read instead of the sidecar's, and contradict it.
+    try:
+        os.removexattr(file, XATTR)
+    except OSError as exc:
+        if exc.errno != errno.ENODATA and exc.errno not in _NO_XATTR:
+            raise
+    return False
 
 
 def _read_lines(
