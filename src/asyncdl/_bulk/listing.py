@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from array import array
 from collections import deque
 from collections.abc import AsyncGenerator, Callable, Iterator, Mapping
@@ -17,7 +18,8 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from .._files.key_paths import relative_path
-from ..errors import DownloadError, translate
+from .._wire.ranges import LARGEST_SIZE
+from ..errors import DownloadError, describe, scrubbed, translate
 from .filters import Filters
 
 
@@ -47,9 +49,18 @@ async def list_prefix(
         async with contextlib.aclosing(pages):  # closed early: the page ahead is cancelled
             async for page in pages:
                 for entry in page.get("Contents", ()):
-                    key, size = entry["Key"], int(entry["Size"])
-                    if key.endswith("/") and size == 0:
-                        continue  # a folder marker, not a file
+                    try:
+                        key, size = entry["Key"], int(entry["Size"])
+                    except _UNREADABLE:
+                        size = -1  # refused below, saying why
+                    if not 0 < size <= LARGEST_SIZE:
+                        if size == 0 and key.endswith("/"):
+                            continue  # a folder marker, not a file
+                        if size != 0:
+                            refused = _refused(entry, prefix, filters)
+                            if refused is not None:
+                                yield refused
+                            continue
                     if filters is not None and not filters.includes(key[len(prefix) :]):
                         continue
                     try:
@@ -57,6 +68,40 @@ async def list_prefix(
                     except ValueError as exc:
                         relative, refusal = None, str(exc)
                     yield Listed(key, size, entry.get("ETag"), relative, refusal)
+
+
+#: What reading an entry's Key and Size raises when it has none (``LookupError``) or
+#: its Size is no number (botocore gives an ``int``; a page made by hand may not).
+_UNREADABLE = (LookupError, TypeError, ValueError)
+
+
+class _KeylessEntry(Exception):
+    """A listing entry without a Key: the listing cannot name each of its objects, so
+    it is not whole (``sync --delete`` would remove what that entry is)."""
+
+
+def _refused(entry: Mapping[str, Any], prefix: str, filters: Filters | None) -> Listed | None:
+    """The refusal of an entry no object can be made of, that says what the listing
+    gave; ``None`` when the filters leave it out. Raises ``_KeylessEntry`` for one
+    with no Key. Called for such an entry only: an object's entry pays nothing."""
+    key, etag = entry.get("Key"), entry.get("ETag")
+    if not isinstance(key, str):
+        shown = scrubbed(f"Size {entry.get('Size')}, ETag {etag}", 200)
+        raise _KeylessEntry(f"the listing has an entry without a Key ({shown})")
+    if filters is not None and not filters.includes(key[len(prefix) :]):
+        return None
+    if "Size" not in entry:
+        return Listed(key, 0, etag, None, "the listing gave it no Size")
+    given = entry["Size"]
+    why = f"the listing gave it a Size of {scrubbed(str(given), 100)}"
+    try:
+        size = int(given)
+    except _UNREADABLE:
+        why += ": not a number"
+    else:
+        too_large = f"more than any file can hold ({LARGEST_SIZE} bytes)"
+        why += f": {too_large}" if size > 0 else ": a size below 0"
+    return Listed(key, 0, etag, None, why)
 
 
 #: Keys :func:`list_ahead` holds at most, read but not yet taken (one page more while
@@ -71,30 +116,53 @@ ListingProgress = Callable[[int, int, bool], object]
 
 class _Batch:
     """The objects of one page that the filters keep, held compactly while they wait:
-    three flat sequences, no object per key."""
+    three flat sequences, no object per key; and the entries refused (see
+    :func:`_refused`), which come after them."""
 
-    __slots__ = ("etags", "keys", "sizes")
+    __slots__ = ("etags", "keys", "refused", "sizes")
 
     def __init__(self) -> None:
         self.keys: list[str] = []
-        self.sizes = array("q")
+        self.sizes = array("q")  # signed 64 bits: LARGEST_SIZE at most
         self.etags: list[str | None] = []
+        self.refused: list[Listed] | None = None
+
+    def __len__(self) -> int:
+        return len(self.keys) + (len(self.refused) if self.refused is not None else 0)
 
     def add_page(self, page: Mapping[str, Any], prefix: str, filters: Filters | None) -> int:
         """Take the page's objects (folder markers and what the filters exclude left
-        out); their bytes."""
+        out); their bytes. ``_KeylessEntry`` for an entry with no Key."""
         total = 0
         for entry in page.get("Contents", ()):
-            key, size = entry["Key"], int(entry["Size"])
-            if key.endswith("/") and size == 0:
-                continue  # a folder marker, not a file
+            try:
+                key, size = entry["Key"], int(entry["Size"])
+            except _UNREADABLE:
+                size = -1  # refused below, saying why
+            if size <= 0:  # before the key's test: one comparison for most objects
+                if size == 0 and key.endswith("/"):
+                    continue  # a folder marker, not a file
+                if size < 0:
+                    self._refuse(entry, prefix, filters)
+                    continue
             if filters is not None and not filters.includes(key[len(prefix) :]):
                 continue
+            try:
+                self.sizes.append(size)  # first: a size beyond LARGEST_SIZE keeps nothing
+            except OverflowError:
+                self._refuse(entry, prefix, filters)
+                continue
             self.keys.append(key)
-            self.sizes.append(size)
             self.etags.append(entry.get("ETag"))
             total += size
         return total
+
+    def _refuse(self, entry: Mapping[str, Any], prefix: str, filters: Filters | None) -> None:
+        refused = _refused(entry, prefix, filters)
+        if refused is not None:
+            if self.refused is None:
+                self.refused = []
+            self.refused.append(refused)
 
 
 async def list_ahead(
@@ -127,6 +195,9 @@ async def list_ahead(
                     except ValueError as exc:
                         relative, refusal = None, str(exc)
                     yield Listed(key, size, etag, relative, refusal)
+                if batch.refused is not None:
+                    for refused in batch.refused:
+                        yield refused
     finally:
         reader.cancel()
         await asyncio.gather(reader, return_exceptions=True)
@@ -157,10 +228,11 @@ class _Ahead:
                 async for page in pages:
                     batch = _Batch()
                     size += batch.add_page(page, prefix, filters)
-                    objects += len(batch.keys)
-                    if batch.keys:
+                    count = len(batch)
+                    objects += count
+                    if count:
                         self._waiting.append(batch)
-                        self._held += len(batch.keys)
+                        self._held += count
                         self._ready.set()
                     if progress is not None:
                         progress(objects, size, False)
@@ -186,7 +258,7 @@ class _Ahead:
             self._ready.clear()
             await self._ready.wait()
         batch = self._waiting.popleft()
-        self._held -= len(batch.keys)
+        self._held -= len(batch)
         self._room.set()
         return batch
 
@@ -196,7 +268,27 @@ def translated(bucket: str, prefix: str) -> Iterator[None]:
     """A listing's failure as a ``DownloadError`` on the prefix."""
     try:
         yield
-    except DownloadError:
+    except DownloadError as error:
+        cause = error.__cause__
+        if type(error) is DownloadError and isinstance(cause, ValueError):
+            # botocore reads a page's numbers as it parses it (``int(text)``): one that
+            # is none fails the page with a bare ValueError, "unexpected" to translate.
+            raise DownloadError(_unreadable(cause), bucket=error.bucket, key=error.key) from cause
         raise
+    except _KeylessEntry as exc:
+        raise DownloadError(str(exc), bucket=bucket, key=prefix) from None
     except Exception as exc:
         raise translate(exc, bucket=bucket, key=prefix) from exc
+
+
+#: ``int()``'s words for text that is no number, and the text (as ``repr`` shows it).
+_NOT_A_NUMBER = re.compile(r"invalid literal for int\(\) with base 10: (.*)", re.DOTALL)
+
+
+def _unreadable(cause: ValueError) -> str:
+    """What a page botocore could not parse sent, as far as its error says."""
+    found = _NOT_A_NUMBER.fullmatch(str(cause))
+    if found is not None:
+        given = scrubbed(found.group(1), 100)
+        return f"a listing page gives {given} where a number belongs (a Size, KeyCount, MaxKeys)"
+    return f"a listing page could not be read: {describe(cause)}"

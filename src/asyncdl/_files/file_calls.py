@@ -44,10 +44,32 @@ def name_max(directory: Path | int) -> int | None:
         return None
 
 
+#: What a file system answers when it cannot hold a file of the size asked (no EDQUOT
+#: on Windows).
+_NO_ROOM = frozenset({errno.ENOSPC, errno.EFBIG, getattr(errno, "EDQUOT", errno.ENOSPC)})
+
+
 def preallocate(fd: int, size: int) -> None:
-    """Give the file its ``size`` up front: a full disk shows before the first byte."""
+    """Give the file its ``size`` up front: a full disk shows before the first byte.
+
+    A file system that cannot hold that size says so with the size in the error: the
+    size is mostly the server's word (a listing's, a ``Content-Range``'s), and "File
+    too large" alone would blame the disk for a claim it cannot check."""
     if size <= 0:
         return
+    try:
+        _preallocate(fd, size)
+    except OverflowError:  # more than an off_t holds
+        raise OSError(
+            errno.EFBIG, f"the object's {size} bytes are more than a file holds"
+        ) from None
+    except OSError as exc:
+        if exc.errno not in _NO_ROOM:
+            raise
+        raise OSError(exc.errno, f"{exc.strerror} for the object's {size} bytes") from exc
+
+
+def _preallocate(fd: int, size: int) -> None:
     try:
         if not hasattr(os, "posix_fallocate"):  # macOS, Windows
             raise OSError(errno.EOPNOTSUPP, "no posix_fallocate")

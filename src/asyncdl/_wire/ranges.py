@@ -75,20 +75,34 @@ class ContentRange:
 
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+)", re.ASCII)
 
+#: The most bytes a file can hold (an ``off_t``'s largest value). An object claimed
+#: larger is no object this machine could write: its claim is refused by name, not
+#: left to fail as an ``OverflowError`` where the size meets the file system. S3's
+#: own limit (5 TiB) is not enforced: other stores allow more.
+LARGEST_SIZE = 2**63 - 1
+
 
 def parse_content_range(value: str) -> ContentRange:
     """Parse a ``Content-Range`` header strictly.
 
-    Unknown totals (``*``), unsatisfied-range forms, reversed ranges and ranges
-    that run past the total are all errors: each means the server answered
-    something other than what the engine can safely write. The error quotes the
+    Unknown totals (``*``), unsatisfied-range forms, reversed ranges, ranges that
+    run past the total and totals beyond ``LARGEST_SIZE`` are all errors: each means
+    the server answered something other than what the engine can safely write. The error quotes the
     value scrubbed and short: a peer that echoes the request puts a presigned
     query there.
     """
     match = _CONTENT_RANGE.fullmatch(value.strip())
     if match is None:
         raise ValueError(f"malformed Content-Range {scrubbed(value, 100)!r}")
-    first, last, total = (int(group) for group in match.groups())
+    try:
+        first, last, total = (int(group) for group in match.groups())
+    except ValueError:  # more digits than int() reads: far beyond any size
+        total = LARGEST_SIZE + 1
+    if total > LARGEST_SIZE:
+        raise ValueError(
+            f"Content-Range {scrubbed(value, 100)!r}: an object of more than any file "
+            f"can hold ({LARGEST_SIZE} bytes)"
+        )
     if total == 0 and first == last == 0:
         # "bytes 0-0/0": a server's way of saying the object is empty (RFC 9110 has no
         # form for it); unambiguous, so it is the empty range of an empty object.
