@@ -65,3 +65,17 @@ def test_sync_delete_after_an_entry_without_a_key_deletes_nothing(
     assert "the listing has an entry without a Key" in result.stderr
     assert "delete:" not in result.stdout
     assert sorted(path.name for path in dest.iterdir()) == ["a", "b"]
+
+
+@pytest.mark.parametrize("json_lines", [False, True], ids=["lines", "json"])
+def test_ls_of_an_entry_no_object_can_be_made_of_fails_saying_so(
+    bucket: str, proxy: TcpProxy, json_lines: bool
+) -> None:
+    # ls shows what the listing gives: an entry it cannot show truthfully (no Size, one
+    # no file can have) fails the listing with what it gave, not a KeyError.
+    proxy.rule = answering_listings(bucket, entry("p/a", "5"), entry("p/b", None))
+    flags = ["--json"] if json_lines else []
+    result = run(proxy, "ls", "-r", *flags, f"s3://{bucket}/p/")
+    assert result.exit_code == 1, result.output
+    assert "p/b: the listing gave it no Size" in result.stderr
+    assert "unexpected" not in result.stderr

@@ -104,6 +104,24 @@ def _refused(entry: Mapping[str, Any], prefix: str, filters: Filters | None) -> 
     return Listed(key, 0, etag, None, why)
 
 
+def shown_entry(entry: Mapping[str, Any], *, bucket: str, prefix: str) -> tuple[str, int]:
+    """An entry's Key and Size, for a reader that shows or keeps them whole (``ls``,
+    the fsspec listings, Dask's manifest); one no object can be made of (see
+    :func:`_refused`) fails the listing, saying what the listing gave."""
+    try:
+        key, size = entry["Key"], int(entry["Size"])
+        if type(key) is str and 0 <= size <= LARGEST_SIZE:
+            return key, size
+    except _UNREADABLE:
+        pass
+    try:
+        refused = _refused(entry, prefix, None)
+    except _KeylessEntry as exc:
+        raise DownloadError(str(exc), bucket=bucket, key=prefix) from None
+    assert refused is not None  # no filters: every refusal is said
+    raise DownloadError(f"{refused.key}: {refused.refusal}", bucket=bucket, key=prefix)
+
+
 #: Keys :func:`list_ahead` holds at most, read but not yet taken (one page more while
 #: it waits for room). About 190 bytes each (the key, the ETag, the size), so some 19 MB
 #: at most, whatever the prefix: a listing's pages come at a thousand keys a request,

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._bulk.listing import translated
+from .._bulk.listing import shown_entry, translated
 from ..errors import DownloadError
 from .app import Settings
 from .output import Output, ReaderGone, human_size, printable, silence_stdout
@@ -70,7 +70,7 @@ def _when(text: object) -> str:
     return shown
 
 
-def _page_lines(page: Mapping[str, Any], listing: Listing, cut: int) -> list[str]:
+def _page_lines(page: Mapping[str, Any], listing: Listing, cut: int, source: S3Url) -> list[str]:
     """The page's folders, then its objects; ``cut``: the characters of each key not
     shown (aws s3 ls shows a key from the prefix's last ``/`` on)."""
     lines = []
@@ -81,7 +81,7 @@ def _page_lines(page: Mapping[str, Any], listing: Listing, cut: int) -> list[str
         else:
             lines.append(printable(f"{_PRE}{name[cut:]}"))
     for entry in page.get("Contents", ()):
-        key, size = entry["Key"], int(entry["Size"])
+        key, size = shown_entry(entry, bucket=source.bucket, prefix=source.key)
         listing.objects += 1
         listing.size += size
         modified = entry.get("LastModified")
@@ -113,7 +113,7 @@ async def list_objects(
                 async with contextlib.aclosing(pages):
                     async for page in pages:
                         try:
-                            listing.write(_page_lines(page, listing, cut))
+                            listing.write(_page_lines(page, listing, cut, source))
                         except ReaderGone:
                             gone = True
                             break

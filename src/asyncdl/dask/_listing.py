@@ -7,6 +7,7 @@ from collections.abc import Mapping
 
 import pandas as pd
 
+from .._bulk.listing import shown_entry
 from ..config import TransferConfig
 from ..errors import translate
 from ._errors import ManifestError
@@ -57,7 +58,7 @@ async def _list(
         async with contextlib.aclosing(listing) as pages:
             async for page in pages:
                 for entry in page.get("Contents", ()):
-                    key, size = entry["Key"], int(entry["Size"])
+                    key, size = shown_entry(entry, bucket=bucket, prefix=prefix)
                     if key.endswith("/") and size == 0:
                         continue  # a folder marker, not a file
                     keys.append(key)

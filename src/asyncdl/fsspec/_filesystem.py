@@ -230,8 +230,10 @@ class AsyncdlFileSystem(ReadOnly, Copies, AsyncFileSystem):  # type: ignore[misc
                 for p in page.get("CommonPrefixes", [])
             ]
             entries += [
-                file_info(bucket, o) for o in page.get("Contents", []) if o["Key"] != prefix
-            ]  # the folder's own marker
+                file_info(bucket, o, prefix)
+                for o in page.get("Contents", [])
+                if o.get("Key") != prefix  # the folder's own marker
+            ]
         if entries or not key:
             self.dircache[path] = entries
             return entries
@@ -301,8 +303,10 @@ class AsyncdlFileSystem(ReadOnly, Copies, AsyncFileSystem):  # type: ignore[misc
         dirs: dict[str, dict[str, Any]] = {path: {}}
         async for page in self._pages(bucket, prefix):
             for listed in page.get("Contents", []):
-                name = f"{bucket}/{listed['Key']}".rstrip("/")
-                info = dir_info(name) if listed["Key"].endswith("/") else file_info(bucket, listed)
+                info = file_info(bucket, listed, prefix)
+                name = info["name"].rstrip("/")
+                if name != info["name"]:
+                    info = dir_info(name)
                 self._place(info, dirs, path)
                 if info["type"] == "file":
                     found[name] = info

@@ -9,6 +9,7 @@ import errno
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from .._bulk.listing import shown_entry
 from ..errors import AccessDeniedError, ObjectChangedError, ObjectNotFoundError
 
 #: The URL schemes a path may carry: the file system's own, and S3's when
@@ -37,12 +38,14 @@ def parent(path: str) -> str:
     return path.rpartition("/")[0]
 
 
-def file_info(bucket: str, listed: Mapping[str, Any]) -> dict[str, Any]:
-    """One object of a ListObjectsV2 page, as fsspec's info dict."""
+def file_info(bucket: str, listed: Mapping[str, Any], prefix: str) -> dict[str, Any]:
+    """One object of a ListObjectsV2 page (of ``prefix``), as fsspec's info dict; one
+    whose Key or Size is no object's, ``DownloadError``."""
+    key, size = shown_entry(listed, bucket=bucket, prefix=prefix)
     return {
-        "name": f"{bucket}/{listed['Key']}",
+        "name": f"{bucket}/{key}",
         "type": "file",
-        "size": int(listed["Size"]),
+        "size": size,
         "ETag": listed.get("ETag"),
         "LastModified": listed.get("LastModified"),
     }
