@@ -114,7 +114,7 @@ class Engine(MemoryReads):
 
     async def aclose(self) -> None:
         """Close the engine's own client (a borrowed one stays open); what runs on it fails."""
-        ctx = self._ctx
+        ctx = None if self._ctx is None else usable(self._ctx)  # on its own loop only
         if ctx is not None:
             self._final_stats = self.stats()
         self._ctx = None

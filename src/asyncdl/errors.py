@@ -214,6 +214,17 @@ def is_retryable(exc: BaseException) -> bool:
     return False
 
 
+class OtherLoop(RuntimeError):
+    """An engine (or a reader, stream or listing it made) used from an event loop
+    other than the one that opened it: its connections and waiters are that loop's."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "this Engine was opened on another event loop; an Engine is used on the "
+            "loop that opened it (open one per loop, or per thread that runs one)"
+        )
+
+
 class EngineClosed(RuntimeError):
     """The engine closed while a download, stream or listing ran on it: its next
     request is not sent. Not retried; ``translate`` names it for the object."""
@@ -254,7 +265,7 @@ def translate(exc: BaseException, *, bucket: str, key: str, attempts: int = 1) -
                 f"the object changed during the download ({code}); try again", **where
             )
         return DownloadError(f"S3 answered HTTP {status} {code}{tried}: {message}", **where)
-    if isinstance(exc, EngineClosed):
+    if isinstance(exc, EngineClosed | OtherLoop):
         return DownloadError(str(exc), **where)
     if isinstance(exc, RangeNotSatisfiable):
         now = "" if exc.actual_size is None else f", it is now {exc.actual_size} bytes"

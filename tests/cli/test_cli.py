@@ -293,6 +293,8 @@ USAGE_ERRORS = {
     # Names the file system refuses (a part over 255 bytes): the OS's reason, no traceback.
     "name too long": (["cp", "s3://{bucket}/k", "{tmp}/" + "n" * 300], "cannot be used: File"),
     "dir too long": (["cp", "s3://{bucket}/k", "{tmp}/" + "d" * 300 + "/"], "cannot be used:"),
+    # "file/." names a directory: the file named "file" is not replaced.
+    "dir dot": (["cp", "s3://{bucket}/k", "{tmp}/file/."], "directory '{tmp}/file/.' does"),
     "-r too long": (["cp", "-r", "s3://{bucket}/p/", "{tmp}/" + "d" * 300], "cannot be used:"),
     "-r to stdout": (["cp", "-r", "s3://{bucket}/p/", "-"], "--recursive cannot write to stdout"),
     "json to stdout": (["cp", "--json", "s3://{bucket}/k", "-"], "--json cannot share stdout"),

@@ -5,6 +5,7 @@ not a failure at the first download after requests went out."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -48,3 +49,23 @@ def test_a_value_in_the_client_s_place_is_refused(given: Any) -> None:
 async def test_an_opened_aiobotocore_s3_client_is_taken(proxy: TcpProxy) -> None:
     async with make_client(proxy.url) as client, asyncdl.Engine(client) as engine:
         assert engine.client is client
+
+
+class Wrapped:
+    """A wrapper that hands every attribute on to the client it holds (as tracing and
+    metrics wrappers do): not an aiobotocore client by type, one by behaviour."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+
+async def test_a_wrapped_client_is_taken(
+    s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path
+) -> None:
+    s3.put_object(Bucket=bucket, Key="k", Body=b"data")
+    async with make_client(proxy.url) as client, asyncdl.Engine(Wrapped(client)) as engine:
+        await engine.download(bucket, "k", tmp_path / "k")
+    assert (tmp_path / "k").read_bytes() == b"data"

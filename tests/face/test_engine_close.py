@@ -61,3 +61,15 @@ async def test_closing_an_engine_ends_what_runs_on_it(
     await gone_within_a_second(tmp_path)
     assert temp_files(tmp_path) == []
     assert os.listdir(tmp_path) == []
+
+
+async def test_a_listing_after_the_close_fails_as_a_download_error(
+    bucket: str, proxy: TcpProxy
+) -> None:
+    async with make_client(proxy.url) as client:
+        async with asyncdl.Engine(client) as engine:
+            pages = engine.list_pages(bucket, "")
+        with pytest.raises(asyncdl.DownloadError, match="the Engine was closed"):
+            async for _ in pages:
+                pass
+    assert proxy.requests == []

@@ -89,10 +89,59 @@ def test_an_engine_used_under_another_asyncio_run_is_refused_at_once(
             asyncio.run(again())
         assert len(proxy.requests) == sent
         assert not (tmp_path / "second").exists()
+        with pytest.raises(RuntimeError, match=OTHER_LOOP):  # nor closed from there
+            asyncio.run(engine.aclose())
         # The loop that opened it still downloads with it.
         first.run_until_complete(engine.download(bucket, "k", tmp_path / "third"))
         assert (tmp_path / "third").read_bytes() == b"data"
     finally:
+        first.run_until_complete(engine.aclose())
+        first.run_until_complete(client.__aexit__(None, None, None))
+        first.close()
+
+
+@pytest.mark.parametrize("made", ["reader", "stream", "list_pages", "download_many"])
+def test_what_an_engine_made_is_refused_on_another_loop(
+    s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path, made: str
+) -> None:
+    # A reader, stream or generator made on the engine's loop, then used under another
+    # asyncio.run: refused at once too (its blocks, parts and pages are the engine's
+    # loop's), never a hang or retries on another loop's connections.
+    s3.put_object(Bucket=bucket, Key="k", Body=b"x" * (3 * 1024 * 1024))
+    first = asyncio.new_event_loop()
+    client = first.run_until_complete(make_client(proxy.url).__aenter__())
+    engine = asyncdl.Engine(client, config=asyncdl.TransferConfig(backoff_base=0.01))
+    first.run_until_complete(engine.__aenter__())
+
+    async def make() -> Any:
+        if made == "reader":
+            return await engine.open_reader(bucket, "k")
+        if made == "stream":
+            return engine.stream(bucket, "k")
+        if made == "list_pages":
+            return engine.list_pages(bucket, "")
+        return engine.download_many([(bucket, "k", tmp_path / "many")])
+
+    thing = first.run_until_complete(make())
+    sent = len(proxy.requests)
+
+    async def use() -> None:
+        if made == "reader":
+            await thing.read_at(2 * 1024 * 1024, 10)
+        elif made == "stream":
+            async with thing as stream:
+                await stream.read()
+        else:
+            async for _ in thing:
+                pass
+
+    try:
+        with pytest.raises((RuntimeError, asyncdl.DownloadError), match=OTHER_LOOP):
+            asyncio.run(asyncio.wait_for(use(), 20))
+        assert len(proxy.requests) == sent
+    finally:
+        if made == "reader":
+            first.run_until_complete(thing.aclose())
         first.run_until_complete(engine.aclose())
         first.run_until_complete(client.__aexit__(None, None, None))
         first.close()

@@ -156,6 +156,8 @@ async def test_existing_target_replaced_on_success(
         (lambda tmp: f"{tmp}/{'d' * 300}/file", "cannot be used: .*too long"),
         # A trailing separator says "a directory": the OS would refuse such a file too.
         (lambda tmp: f"{tmp}/out/", "ends with a separator"),
+        (lambda tmp: f"{tmp}/out/.", "names a directory"),
+        (lambda tmp: f"{tmp}/out/./..", "names a directory"),
     ],
 )
 async def test_bad_targets_touch_nothing(

@@ -10,6 +10,7 @@ import pytest
 
 import asyncdl
 from asyncdl._wire.adaptive import Budget
+from asyncdl.errors import EngineClosed
 from asyncdl.testing.tcp_proxy import Fault, TcpProxy
 from asyncdl.testing.throttle import SlowDownAbove
 
@@ -193,3 +194,17 @@ async def test_a_listing_page_holds_a_slot_and_a_throttled_one_lowers_the_limit(
     assert len(page["Contents"]) == 3
     assert max(held) == 1
     assert (budget.cuts, budget.limit, budget.in_flight) == (1, 2, 0)
+
+
+async def test_a_waiter_granted_in_the_step_the_engine_closes_in_sends_nothing() -> None:
+    budget = Budget(1)
+    await budget.acquire()  # the one slot, held
+    waiting = asyncio.ensure_future(budget.acquire())
+    await asyncio.sleep(0)  # the second request waits for it
+    budget.release()  # handed to the waiter: its future is done, the waiter not yet run
+    budget.close()
+    with pytest.raises(EngineClosed):
+        await waiting
+    assert budget.in_flight == 0
+    with pytest.raises(EngineClosed):
+        await budget.acquire()

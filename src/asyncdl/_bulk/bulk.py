@@ -25,7 +25,7 @@ from .._files.key_paths import folder
 from .._files.key_paths import relative_path as relative_path  # noqa: PLC0414 - re-exported: its old home
 from .._files.skipping import Skips
 from .._transfer import jobs, transfer
-from .._transfer.context import Context
+from .._transfer.context import Context, on_its_loop
 from .._transfer.strategies import Strategy
 from .._wire.request_args import ExtraArgs, redacted
 from ..config import is_int_at_least
@@ -144,6 +144,7 @@ async def download_many(
     progress: ProgressCallback | None = None,
 ) -> AsyncGenerator[DownloadResult]:
     """See :meth:`Engine.download_many`. Items may also be ready-made (failed) results."""
+    on_its_loop(ctx)  # made on the engine's loop, iterated on another: refused whole
     limit = ctx.config.max_concurrency
     source = _pull(items)
     running: set[asyncio.Task[DownloadResult]] = set()
@@ -291,6 +292,7 @@ async def download_prefix(
     listing: ListingProgress | None = None,
 ) -> AsyncGenerator[DownloadResult]:
     """See :meth:`Engine.download_prefix`."""
+    on_its_loop(ctx)
     where = {"bucket": _text(bucket), "key": prefix if isinstance(prefix, str) else ""}
     if not isinstance(prefix, str):
         raise InvalidRequestError(f"prefix must be a string, got {prefix!r}", **where)

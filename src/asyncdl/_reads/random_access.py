@@ -31,7 +31,7 @@ import asyncio
 from collections.abc import Generator, Iterable
 from typing import TYPE_CHECKING, Any, Literal, Self, SupportsIndex, get_args
 
-from .._transfer.context import Context
+from .._transfer.context import Context, on_its_loop
 from .._transfer.parts import Fetch, Part, fetch_part
 from .._transfer.verify import Verifier
 from .._wire.adaptive import own_slots
@@ -270,6 +270,7 @@ class RandomAccessReader:
     async def _read(self, offset: SupportsIndex | None, n: SupportsIndex) -> bytes:
         """Read from ``offset``, or from the current offset (``None``), which it then
         moves past what it read: taken and moved under the lock."""
+        on_its_loop(self._ctx)  # before the lock and the blocks: both are its loop's
         at = None if offset is None else as_offset(offset)  # numpy's ints too
         count = as_offset(n)
         if (at is not None and not is_int_at_least(at, 0)) or type(count) is not int:
@@ -315,6 +316,7 @@ class RandomAccessReader:
         Returns:
             The bytes of each range, in the order of ``ranges``.
         """
+        on_its_loop(self._ctx)
         await self.open()
         async with self._lock:
             self._check_open()

@@ -31,7 +31,7 @@ import contextlib
 from collections.abc import AsyncGenerator, Callable, Mapping
 from functools import partial
 
-from .._transfer.context import Context
+from .._transfer.context import Context, on_its_loop
 from .._transfer.stream_verify import StreamVerifier
 from .._wire.checksums import ExpectedChecksum
 from .._wire.ranges import ByteRange, ContentRange
@@ -162,6 +162,7 @@ class ObjectStream:
 
     async def open(self) -> ObjectStream:
         """Send the first request; raise (``ObjectNotFoundError``...) if it fails."""
+        on_its_loop(self._ctx)
         async with self._opening:  # a second caller waits for the first's answer
             if self._closed:
                 raise RuntimeError("the stream is closed")
@@ -185,6 +186,7 @@ class ObjectStream:
         return self
 
     async def __anext__(self) -> bytes:
+        on_its_loop(self._ctx)  # its parts fetched ahead are its engine's loop's tasks
         if self._pieces is None:
             if self._closed and self._reader is not None:
                 raise StopAsyncIteration

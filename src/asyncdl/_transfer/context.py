@@ -26,6 +26,7 @@ from .._wire.s3_source import S3Object
 from .._wire.signed_get import SignedGets
 from .._wire.url_source import UrlObject, check_url
 from ..config import TransferConfig
+from ..errors import OtherLoop
 from ..stats import Counters
 
 
@@ -166,20 +167,22 @@ class Context:
 
 def usable(ctx: Context | None, *, any_loop: bool = False) -> Context:
     """An open engine's context, for a call on the loop that opened it (``any_loop``:
-    on any, to read its counters); else ``RuntimeError``, at once. From another loop (a
-    second thread's, a later ``asyncio.run``'s) the engine's pooled connections and its
-    budget's waiters would hang, or break its own loop's downloads too."""
+    on any, to read its counters); else ``RuntimeError``, at once."""
     if ctx is None:
         raise RuntimeError("the Engine is not open: use 'async with Engine() as engine:'")
-    if any_loop:
-        return ctx
+    if not any_loop:
+        on_its_loop(ctx)
+    return ctx
+
+
+def on_its_loop(ctx: Context) -> None:
+    """``OtherLoop`` (a ``RuntimeError``) when called from a loop other than the one
+    that opened the engine (a second thread's, a later ``asyncio.run``'s): there its
+    pooled connections and its budget's waiters would hang, or break its own loop's
+    downloads too. A call from no coroutine runs nothing here: let through."""
     try:
         running = asyncio.get_running_loop()
     except RuntimeError:
-        return ctx  # not from a coroutine: nothing is sent from here
+        return
     if running is not ctx.loop:
-        raise RuntimeError(
-            "this Engine was opened on another event loop; an Engine is used on the "
-            "loop that opened it (open one per loop, or per thread that runs one)"
-        )
-    return ctx
+        raise OtherLoop

@@ -23,7 +23,7 @@ from collections import deque
 from collections.abc import Iterator
 from contextvars import ContextVar
 
-from ..errors import EngineClosed
+from ..errors import EngineClosed, OtherLoop
 
 #: The share of the limit kept after a throttled answer, as TCP's halving. Measured
 #: against 0.7 (the AWS SDKs' adaptive retry mode): from 64 to a server that serves 8,
@@ -45,6 +45,7 @@ class Budget:
         "_epoch",
         "_in_flight",
         "_limit",
+        "_loop",
         "_max",
         "_waiters",
     )
@@ -61,6 +62,12 @@ class Budget:
         self._waiters: deque[asyncio.Future[None]] = deque()
         #: Set as the engine closes: no request goes out after it.
         self._closed = False
+        #: The loop the budget was made on (the engine's), if made on one: its waiters
+        #: are that loop's futures, so another loop's request is refused.
+        try:
+            self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            self._loop = None
 
     @property
     def limit(self) -> int:
@@ -81,6 +88,8 @@ class Budget:
         ``EngineClosed`` once the engine has closed, however long it waited."""
         if self._closed:
             raise EngineClosed
+        if self._loop is not None and asyncio.get_running_loop() is not self._loop:
+            raise OtherLoop
         if self._in_flight < self._limit and not self._waiters:
             self._in_flight += 1
             SLOT.set((self, self._epoch))
@@ -98,6 +107,9 @@ class Budget:
             raise
         finally:
             self._wake()
+        if self._closed:  # granted in the same step the engine closed in
+            self.release()
+            raise EngineClosed
         SLOT.set((self, self._epoch))
         return self._epoch
 

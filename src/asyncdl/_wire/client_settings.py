@@ -163,16 +163,21 @@ class ClientSettings:
 def _check(client: object) -> None:
     """``ValueError`` for the mistakes made with ``Engine(client)``: boto3's client,
     another service's, aiobotocore's ``create_client`` not entered, a value in the
-    client's place. Anything else is taken as it is (a test's stand-in included)."""
+    client's place. Anything else is taken as it is: a wrapper around a client (a
+    ``wrapt`` proxy, an object that hands attributes on), a test's stand-in."""
+    # Here, not at the top: the command's parsing must not pay for botocore.
+    from aiobotocore.client import AioBaseClient  # noqa: PLC0415
+    from aiobotocore.session import ClientCreatorContext  # noqa: PLC0415
+    from botocore.client import BaseClient  # noqa: PLC0415
+
     problem = None
     model = getattr(getattr(client, "meta", None), "service_model", None)
     service = getattr(model, "service_name", None)
-    kinds = {f"{kind.__module__}.{kind.__name__}" for kind in type(client).__mro__}
-    if "aiobotocore.session.ClientCreatorContext" in kinds:
+    if isinstance(client, ClientCreatorContext):
         problem = "a client not opened: 'async with session.create_client(\"s3\") as client'"
     elif isinstance(service, str) and service != "s3":
         problem = f"a client of {service!r}"
-    elif service == "s3" and "aiobotocore.client.AioBaseClient" not in kinds:
+    elif isinstance(client, BaseClient) and not isinstance(client, AioBaseClient):
         problem = "a synchronous (boto3 or botocore) client"
     elif isinstance(client, (str, bytes, int, float)):
         problem = f"{type(client).__name__} {client!r}"

@@ -199,6 +199,11 @@ def check_target(path: str | os.PathLike[str], *, bucket: str, key: str) -> Path
             bucket=bucket,
             key=key,
         )
+    if isinstance(raw, str) and os.path.basename(raw) in (".", ".."):
+        # As "out/.": Path makes it "out", a file that is then written.
+        raise InvalidRequestError(
+            f"path {raw!r} names a directory, not a file", bucket=bucket, key=key
+        )
     text = str(target)
     if "\x00" in text:
         raise InvalidRequestError(f"path {text!r} holds a NUL byte", bucket=bucket, key=key)

@@ -36,7 +36,9 @@ def dest_file(source: S3Url | HttpUrl, dest: str, ctx: click.Context) -> Path:
 
 def _dest_file_looked_up(source: S3Url | HttpUrl, dest: str, ctx: click.Context) -> Path:
     target = Path(dest)
-    into_dir = dest.endswith(("/", os.sep)) or target.is_dir()
+    # "d/." names a directory as "d/" does (Path would make it "d", perhaps a file).
+    names_dir = dest.endswith(("/", os.sep)) or os.path.basename(dest) in (".", "..")
+    into_dir = names_dir or target.is_dir()
     if isinstance(source, HttpUrl):
         if into_dir and source.name in ("", ".", ".."):
             raise click.UsageError(f"{source} names no file: give DEST a file name", ctx=ctx)

@@ -229,11 +229,8 @@ class AsyncdlFileSystem(ReadOnly, Copies, AsyncFileSystem):  # type: ignore[misc
                 dir_info(f"{bucket}/{p['Prefix'].rstrip('/')}")
                 for p in page.get("CommonPrefixes", [])
             ]
-            entries += [
-                file_info(bucket, o, prefix)
-                for o in page.get("Contents", [])
-                if o.get("Key") != prefix  # the folder's own marker
-            ]
+            contents = page.get("Contents", [])  # less the folder's own marker:
+            entries += [file_info(bucket, o, prefix) for o in contents if o.get("Key") != prefix]
         if entries or not key:
             self.dircache[path] = entries
             return entries
@@ -304,8 +301,7 @@ class AsyncdlFileSystem(ReadOnly, Copies, AsyncFileSystem):  # type: ignore[misc
         async for page in self._pages(bucket, prefix):
             for listed in page.get("Contents", []):
                 info = file_info(bucket, listed, prefix)
-                name = info["name"].rstrip("/")
-                if name != info["name"]:
+                if (name := info["name"].rstrip("/")) != info["name"]:
                     info = dir_info(name)
                 self._place(info, dirs, path)
                 if info["type"] == "file":
