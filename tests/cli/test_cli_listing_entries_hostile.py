@@ -9,22 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner, Result
 
-from asyncdl.cli import cli
 from asyncdl.testing.tcp_proxy import TcpProxy
 
 from ..bulk.test_listing_entries_hostile import BODY, answering_listings, entry
-
-
-@pytest.fixture(autouse=True)
-def no_endpoint_in_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
-    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
-
-
-def run(proxy: TcpProxy, *args: str) -> Result:
-    return CliRunner().invoke(cli, [args[0], "--endpoint-url", proxy.url, *args[1:]])
+from .test_listing_hostile import no_endpoint_in_env, run  # noqa: F401 - the fixture is autouse
 
 
 @pytest.mark.parametrize("command", [["cp", "-r"], ["sync"], ["sync", "--dry-run"]])

@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner, Result
 
 from asyncdl._files import file_records
 from asyncdl._files.file_records import SIDECAR_DIR, XATTR, EtagStore
-from asyncdl.cli import cli
 from asyncdl.testing.tcp_proxy import TcpProxy
+
+from ..cli.test_sync import no_endpoint_in_env, sync  # noqa: F401 - the fixture is autouse
 
 #: 4 segments of 84 CJK characters: 1013 bytes of UTF-8, under S3's 1024-byte limit
 #: on a key (and each segment, 252 bytes, under a file name's 255), and over 4 KiB
@@ -28,16 +28,6 @@ from asyncdl.testing.tcp_proxy import TcpProxy
 SEGMENTS = ["漢" * 84] * 4
 KEY = "p/" + "/".join(SEGMENTS)
 RELATIVE = "/".join(SEGMENTS)
-
-
-@pytest.fixture(autouse=True)
-def no_endpoint_in_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
-    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
-
-
-def sync(proxy: TcpProxy, *args: str) -> Result:
-    return CliRunner().invoke(cli, ["sync", "--endpoint-url", proxy.url, *args])
 
 
 def gets(proxy: TcpProxy) -> list[str]:
