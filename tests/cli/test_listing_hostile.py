@@ -9,6 +9,7 @@ the listing requests in moto's place.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -76,7 +77,7 @@ def synced_twice(s3: Any, bucket: str, proxy: TcpProxy, dest: Path, rule: Any) -
     return run(proxy, "sync", "--delete", f"s3://{bucket}/p/", str(dest))
 
 
-NOT_A_LISTING = {
+NOT_A_LISTING: dict[str, tuple[Callable[[str], bytes], str]] = {
     "truncated, no token": (lambda b: page(b, ["p/a"], "true", None), "names no next page"),
     "a login page": (lambda b: b"<html><body>Please log in</body></html>", "not a listing"),
     "an empty body": (lambda b: b"", "not a listing"),

@@ -9,6 +9,7 @@ engine's stack.
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -165,21 +166,27 @@ def _check(client: object) -> None:
     another service's, aiobotocore's ``create_client`` not entered, a value in the
     client's place. Anything else is taken as it is: a wrapper around a client (a
     ``wrapt`` proxy, an object that hands attributes on), a test's stand-in."""
-    # Here, not at the top: the command's parsing must not pay for botocore.
-    from aiobotocore.client import AioBaseClient  # noqa: PLC0415
-    from aiobotocore.session import ClientCreatorContext  # noqa: PLC0415
-    from botocore.client import BaseClient  # noqa: PLC0415
-
     problem = None
     model = getattr(getattr(client, "meta", None), "service_model", None)
     service = getattr(model, "service_name", None)
-    if isinstance(client, ClientCreatorContext):
+    if _is_a(client, "aiobotocore.session", "ClientCreatorContext"):
         problem = "a client not opened: 'async with session.create_client(\"s3\") as client'"
     elif isinstance(service, str) and service != "s3":
         problem = f"a client of {service!r}"
-    elif isinstance(client, BaseClient) and not isinstance(client, AioBaseClient):
+    elif _is_a(client, "botocore.client", "BaseClient") and not _is_a(
+        client, "aiobotocore.client", "AioBaseClient"
+    ):
         problem = "a synchronous (boto3 or botocore) client"
     elif isinstance(client, (str, bytes, int, float)):
         problem = f"{type(client).__name__} {client!r}"
     if problem is not None:
         raise ValueError(f"client must be an opened aiobotocore S3 client, got {problem}")
+
+
+def _is_a(thing: object, module: str, name: str) -> bool:
+    """``isinstance(thing, module.name)`` without importing ``module``: an instance of
+    a class of a module not yet imported cannot exist (a URL-only engine's stand-in
+    client must not cost the import of botocore)."""
+    loaded = sys.modules.get(module)
+    kind = getattr(loaded, name, None)
+    return isinstance(kind, type) and isinstance(thing, kind)
