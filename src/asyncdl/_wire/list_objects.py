@@ -14,7 +14,7 @@ from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
 from ..config import TransferConfig
-from ..errors import DownloadError, EngineClosed, OtherLoop
+from ..errors import DownloadError, EngineClosed, OtherLoop, translate
 from ..stats import OK, THROTTLED, Counters, outcome
 from .adaptive import Budget
 from .retry import after_failure
@@ -59,7 +59,7 @@ async def list_pages(
             try:
                 epoch = await budget.acquire() if budget is not None else 0
             except (EngineClosed, OtherLoop) as exc:  # no request sent: nothing to retry
-                raise DownloadError(str(exc), bucket=bucket, key=prefix) from None
+                raise translate(exc, bucket=bucket, key=prefix) from None
             try:
                 page: dict[str, Any] = await client.list_objects_v2(**page_request)
             except BaseException as exc:

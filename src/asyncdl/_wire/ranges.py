@@ -86,10 +86,10 @@ def parse_content_range(value: str) -> ContentRange:
     """Parse a ``Content-Range`` header strictly.
 
     Unknown totals (``*``), unsatisfied-range forms, reversed ranges, ranges that
-    run past the total and totals beyond ``LARGEST_SIZE`` are all errors: each means
-    the server answered something other than what the engine can safely write. The error quotes the
-    value scrubbed and short: a peer that echoes the request puts a presigned
-    query there.
+    run past the total and totals beyond ``LARGEST_SIZE`` are all errors: each
+    means the server answered something other than what the engine can safely
+    write. The error quotes the value scrubbed and short: a peer that echoes the
+    request puts a presigned query there.
     """
     match = _CONTENT_RANGE.fullmatch(value.strip())
     if match is None:
