@@ -429,13 +429,19 @@ async def test_an_engine_whose_client_lends_no_session_uses_its_own(
     s3.put_object(Bucket=bucket, Key="k", Body=body)
     url = presign(proxy, bucket, "k")
     config = asyncdl.TransferConfig(chunk_size=CHUNK)
+    # Sessions alive before (another test's, in this worker process) are not this one's.
+    before = {id(obj) for obj in gc.get_objects() if isinstance(obj, aiohttp.ClientSession)}
     async with asyncdl.Engine(SimpleNamespace(), config=config) as engine:
         await engine.download_url(url, tmp_path / "k")
     assert (tmp_path / "k").read_bytes() == body
     assert len(proxy.requests) == 3
     assert not any("authorization" in r.headers for r in proxy.requests)
     gc.collect()
-    sessions = [obj for obj in gc.get_objects() if isinstance(obj, aiohttp.ClientSession)]
+    sessions = [
+        obj
+        for obj in gc.get_objects()
+        if isinstance(obj, aiohttp.ClientSession) and id(obj) not in before
+    ]
     assert all(session.closed for session in sessions)
 
 
