@@ -145,6 +145,23 @@ async def test_malformed_items_are_failed_results(
     assert os.listdir(tmp_path) == ["good"]
 
 
+@pytest.mark.parametrize(
+    "items",
+    [None, 7, "abc", b"abc", ("bkt", "key", "path"), asyncdl.DownloadRequest("b", "k", "p")],
+    ids=["none", "int", "str", "bytes", "one-tuple", "one-request"],
+)
+async def test_items_that_are_no_collection_of_requests_are_refused_whole(
+    engine: asyncdl.Engine, proxy: TcpProxy, tmp_path: Path, items: Any
+) -> None:
+    # One request (or a string) where a collection of them belongs would otherwise be
+    # taken apart into a failed result per character or field, or a bare TypeError.
+    with pytest.raises(asyncdl.InvalidRequestError, match="download_many takes an iterable"):
+        async for _ in engine.download_many(items):
+            pass
+    assert proxy.requests == []
+    assert os.listdir(tmp_path) == []
+
+
 async def test_concurrency_budget_is_never_exceeded(
     client: Any, s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path
 ) -> None:

@@ -125,6 +125,26 @@ def _text(value: object) -> str:
     return value if isinstance(value, str) else ""
 
 
+def _check_items(items: object) -> None:
+    """Refuse what is no collection of requests: a string, or one request where many
+    belong, would otherwise be taken apart into a failed result per character or
+    field."""
+    one = isinstance(items, DownloadRequest) or (
+        isinstance(items, tuple) and bool(items) and isinstance(items[0], str)
+    )
+    if (
+        one
+        or isinstance(items, str | bytes | bytearray)
+        or not isinstance(items, Iterable | AsyncIterable)
+    ):
+        raise InvalidRequestError(
+            "download_many takes an iterable or async iterable of (bucket, key, path) "
+            f"tuples or DownloadRequests, got {items!r}",
+            bucket="",
+            key="",
+        )
+
+
 async def _pull(items: Iterable[Any] | AsyncIterable[Any]) -> AsyncGenerator[Any]:
     if isinstance(items, AsyncIterable):
         async for item in items:
@@ -145,6 +165,7 @@ async def download_many(
 ) -> AsyncGenerator[DownloadResult]:
     """See :meth:`Engine.download_many`. Items may also be ready-made (failed) results."""
     on_its_loop(ctx)  # made on the engine's loop, iterated on another: refused whole
+    _check_items(items)
     limit = ctx.config.max_concurrency
     source = _pull(items)
     running: set[asyncio.Task[DownloadResult]] = set()
