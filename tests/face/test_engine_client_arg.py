@@ -46,6 +46,27 @@ def test_a_value_in_the_client_s_place_is_refused(given: Any) -> None:
         asyncdl.Engine(given)
 
 
+def test_a_path_in_the_client_s_place_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="aiobotocore S3 client, got path"):
+        asyncdl.Engine(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("make", "named"),
+    [
+        (lambda: boto3.resource("s3", region_name="us-east-1"), "a boto3 resource"),
+        (lambda: boto3.Session(region_name="us-east-1"), "a session, not a client"),
+        (get_session, "a session, not a client"),
+    ],
+    ids=["boto3-resource", "boto3-session", "aiobotocore-session"],
+)
+def test_a_session_or_resource_in_the_client_s_place_is_refused(make: Any, named: str) -> None:
+    # Each has a client to give, and none is one: the first download would fail with
+    # an AttributeError after the engine had started.
+    with pytest.raises(ValueError, match=f"aiobotocore S3 client, got {named}"):
+        asyncdl.Engine(make())
+
+
 async def test_an_opened_aiobotocore_s3_client_is_taken(proxy: TcpProxy) -> None:
     async with make_client(proxy.url) as client, asyncdl.Engine(client) as engine:
         assert engine.client is client

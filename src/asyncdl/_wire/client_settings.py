@@ -8,6 +8,7 @@ engine's stack.
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from dataclasses import dataclass
@@ -162,10 +163,11 @@ class ClientSettings:
 
 
 def _check(client: object) -> None:
-    """``ValueError`` for the mistakes made with ``Engine(client)``: boto3's client,
-    another service's, aiobotocore's ``create_client`` not entered, a value in the
-    client's place. Anything else is taken as it is: a wrapper around a client (a
-    ``wrapt`` proxy, an object that hands attributes on), a test's stand-in."""
+    """``ValueError`` for the mistakes made with ``Engine(client)``: boto3's client or
+    resource, another service's client, aiobotocore's ``create_client`` not entered, a
+    session, a value or a path in the client's place. Anything else is taken as it is:
+    a wrapper around a client (a ``wrapt`` proxy, an object that hands attributes on), a
+    test's stand-in."""
     problem = None
     model = getattr(getattr(client, "meta", None), "service_model", None)
     service = getattr(model, "service_name", None)
@@ -177,8 +179,14 @@ def _check(client: object) -> None:
         client, "aiobotocore.client", "AioBaseClient"
     ):
         problem = "a synchronous (boto3 or botocore) client"
+    elif _is_a(client, "boto3.resources.base", "ServiceResource"):
+        problem = "a boto3 resource"
+    elif _is_a(client, "boto3.session", "Session") or _is_a(client, "botocore.session", "Session"):
+        problem = "a session, not a client: 'async with session.create_client(\"s3\") as client'"
     elif isinstance(client, (str, bytes, int, float)):
         problem = f"{type(client).__name__} {client!r}"
+    elif isinstance(client, os.PathLike):
+        problem = f"path {os.fspath(client)!r}"
     if problem is not None:
         raise ValueError(f"client must be an opened aiobotocore S3 client, got {problem}")
 
