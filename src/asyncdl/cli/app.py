@@ -13,7 +13,7 @@ import click
 
 from .._wire.client_settings import ClientSettings, check_profile, check_region
 from ..config import MAX_CHUNK_SIZE, MIN_CHUNK_SIZE, TransferConfig
-from .params import converter, parse_endpoint_url, parse_rate, parse_size
+from .params import converter, parse_endpoint_url, parse_rate, parse_seconds, parse_size
 
 #: Exit status after Ctrl-C, as shells report a process ended by SIGINT.
 INTERRUPTED = 130
@@ -30,6 +30,8 @@ class Settings:
     debug: bool
     #: ``False`` under ``--no-progress``: no bar, whatever stderr is.
     progress: bool = True
+    #: ``--timeout``: seconds for each object's whole download; ``None``, no limit.
+    timeout: float | None = None
 
     @property
     def bar(self) -> bool | None:
@@ -176,7 +178,36 @@ def _client_options() -> list[Callable[[_Command], _Command]]:
             is_flag=True,
             help="Send requests unsigned (a public bucket): no credentials are looked up or sent.",
         ),
+        click.option(
+            "--read-timeout",
+            metavar="SECONDS",
+            default=None,
+            callback=converter(parse_seconds),
+            help=f"Seconds a request waits for bytes before it is tried again (2.5, 90s, "
+            f"2m); default: {TransferConfig().read_timeout:g}.",
+        ),
+        click.option(
+            "--connect-timeout",
+            metavar="SECONDS",
+            default=None,
+            callback=converter(parse_seconds),
+            help=f"Seconds to make a connection before it is tried again; default: "
+            f"{TransferConfig().connect_timeout:g}.",
+        ),
     ]
+
+
+def timeout_option(command: _Command) -> _Command:
+    """``--timeout``: of each object's download, for the commands that write files."""
+    return click.option(
+        "--timeout",
+        metavar="SECONDS",
+        default=None,
+        callback=converter(parse_seconds),
+        help="Seconds for each object's whole download, retries included (a server "
+        "that sends a byte now and then is never silent for --read-timeout); an "
+        "object not done by then fails. Default: no limit.",
+    )(command)
 
 
 _DEBUG_HELP = "Tracebacks for errors; log retries."
@@ -255,7 +286,11 @@ def make_settings(
     profile: str | None = None,
     no_sign_request: bool = False,
     no_progress: bool = False,
+    read_timeout: float | None = None,
+    connect_timeout: float | None = None,
+    timeout: float | None = None,
 ) -> Settings:
+    defaults = TransferConfig()
     try:
         config = TransferConfig(
             chunk_size=chunk_size,
@@ -263,10 +298,14 @@ def make_settings(
             max_bandwidth=max_bandwidth,
             validate=validate,
             resume=resume,
+            read_timeout=defaults.read_timeout if read_timeout is None else read_timeout,
+            connect_timeout=(
+                defaults.connect_timeout if connect_timeout is None else connect_timeout
+            ),
         )
         client = ClientSettings.checked(
             endpoint_url=endpoint_url, region=region, profile=profile, unsigned=no_sign_request
         )
     except ValueError as exc:  # the options' own checks should have caught it
         raise click.UsageError(str(exc)) from None
-    return Settings(config, client, quiet, debug, progress=not no_progress)
+    return Settings(config, client, quiet, debug, progress=not no_progress, timeout=timeout)

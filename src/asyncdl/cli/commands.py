@@ -15,7 +15,7 @@ from contextlib import contextmanager
 import click
 
 from . import clean as _clean  # noqa: F401 - registers asyncdl clean
-from .app import Settings, cli, make_settings, transfer_options
+from .app import Settings, cli, make_settings, timeout_option, transfer_options
 from .destinations import dest_dir, dest_file
 from .filter_options import FilteredCommand, filter_options, filters
 from .output import Output, printable
@@ -76,6 +76,7 @@ _validate_option = click.option(
     is_flag=True,
     help="Print one JSON object per object to stdout (JSON Lines) instead of text.",
 )
+@timeout_option
 @transfer_options
 @click.pass_context
 def cp(
@@ -91,6 +92,7 @@ def cp(
     validate: str,
     resume: bool,
     json_lines: bool,
+    timeout: float | None,
     concurrency: int,
     chunk_size: int,
     max_bandwidth: int | None,
@@ -98,6 +100,8 @@ def cp(
     region: str | None,
     profile: str | None,
     no_sign_request: bool,
+    read_timeout: float | None,
+    connect_timeout: float | None,
     quiet: bool,
     no_progress: bool,
     debug: bool,
@@ -136,6 +140,9 @@ def cp(
         region=region,
         profile=profile,
         no_sign_request=no_sign_request,
+        read_timeout=read_timeout,
+        connect_timeout=connect_timeout,
+        timeout=timeout,
         quiet=quiet,
         no_progress=no_progress,
         debug=debug,
@@ -262,6 +269,8 @@ def cat(
     region: str | None,
     profile: str | None,
     no_sign_request: bool,
+    read_timeout: float | None,
+    connect_timeout: float | None,
     quiet: bool,
     no_progress: bool,
     debug: bool,
@@ -283,6 +292,8 @@ def cat(
         region=region,
         profile=profile,
         no_sign_request=no_sign_request,
+        read_timeout=read_timeout,
+        connect_timeout=connect_timeout,
         quiet=quiet,
         no_progress=no_progress,
         debug=debug,

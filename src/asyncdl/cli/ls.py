@@ -56,6 +56,8 @@ def ls(
     region: str | None,
     profile: str | None,
     no_sign_request: bool,
+    read_timeout: float | None,
+    connect_timeout: float | None,
     debug: bool,
 ) -> int:
     """List the objects under S3_URL, or with no S3_URL the buckets.
@@ -80,6 +82,8 @@ def ls(
         region=region,
         profile=profile,
         no_sign_request=no_sign_request,
+        read_timeout=read_timeout,
+        connect_timeout=connect_timeout,
         quiet=True,
         debug=debug,
     )

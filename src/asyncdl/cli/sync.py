@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import click
 
 from .._files.key_paths import folder
-from .app import cli, make_settings, transfer_options
+from .app import cli, make_settings, timeout_option, transfer_options
 from .commands import (
     _check_profile,
     _check_url,
@@ -54,6 +54,7 @@ from .params import S3Url
     is_flag=True,
     help="Print one JSON object per object or removal to stdout (JSON Lines).",
 )
+@timeout_option
 @transfer_options
 @click.pass_context
 def sync(
@@ -70,6 +71,7 @@ def sync(
     resume: bool,
     validate: str,
     json_lines: bool,
+    timeout: float | None,
     concurrency: int,
     chunk_size: int,
     max_bandwidth: int | None,
@@ -77,6 +79,8 @@ def sync(
     region: str | None,
     profile: str | None,
     no_sign_request: bool,
+    read_timeout: float | None,
+    connect_timeout: float | None,
     quiet: bool,
     no_progress: bool,
     debug: bool,
@@ -104,6 +108,9 @@ def sync(
         region=region,
         profile=profile,
         no_sign_request=no_sign_request,
+        read_timeout=read_timeout,
+        connect_timeout=connect_timeout,
+        timeout=timeout,
         quiet=quiet,
         no_progress=no_progress,
         debug=debug,

@@ -102,10 +102,17 @@ async def copy_one(
     async with _open_engine(settings, output, source=source) as engine:
         try:
             if isinstance(source, HttpUrl):
-                result = await engine.download_url(source.url, target, progress=output.progress)
+                result = await engine.download_url(
+                    source.url, target, progress=output.progress, timeout=settings.timeout
+                )
             else:
                 result = await engine.download(
-                    source.bucket, source.key, target, strategy=strategy, progress=output.progress
+                    source.bucket,
+                    source.key,
+                    target,
+                    strategy=strategy,
+                    progress=output.progress,
+                    timeout=settings.timeout,
                 )
         except InvalidRequestError:
             raise  # bad input: a usage error, not a failed object
@@ -136,6 +143,7 @@ async def copy_prefix(
             strategy=strategy,
             progress=output.progress,
             listing=output.listing,
+            timeout=settings.timeout,
             **options,
         )
         try:
