@@ -19,6 +19,18 @@ OTHER = 12345
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="gives links away: needs root")
 
 
+@pytest.fixture(autouse=True)
+def cached_file_systems_closed() -> Iterator[None]:
+    """Close every file system fsspec cached during the test. A reader makes one; so
+    does unpickling a file (fsspec's ``make_instance`` drops ``skip_instance_cache``),
+    and the cache keeps it, its engine open, for the rest of the worker's tests."""
+    yield
+    for made in list(AsyncdlFileSystem._cache.values()):
+        if not made.asynchronous:
+            made.close()
+    AsyncdlFileSystem.clear_instance_cache()
+
+
 @pytest.fixture
 def small_fs(proxy: TcpProxy) -> Iterator[AsyncdlFileSystem]:
     """A file system of its own (no instance cache) through the proxy, ``CONFIG``'s."""

@@ -5,7 +5,6 @@ compared with what the same reader makes of the bytes boto3 reads."""
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,20 +27,16 @@ CONFIG = {"chunk_size": 64 * 1024, "max_concurrency": 8}
 
 
 @pytest.fixture
-def options(proxy: TcpProxy, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
+def options(proxy: TcpProxy, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     """The storage options every reader passes, with ``asyncdl://`` registered as the
     package's entry point registers it (this environment's installed metadata may
-    predate it); the file systems the readers made are closed after."""
+    predate it); the file systems the readers made are closed after (conftest)."""
     monkeypatch.setitem(
         known_implementations,
         "asyncdl",
         {"class": "asyncdl.fsspec.AsyncdlFileSystem"},
     )
-    yield {"endpoint_url": proxy.url, "config": CONFIG}
-    for made in list(AsyncdlFileSystem._cache.values()):
-        if not made.asynchronous:
-            made.close()
-    AsyncdlFileSystem.clear_instance_cache()
+    return {"endpoint_url": proxy.url, "config": CONFIG}
 
 
 def boto3_bytes(s3: Any, bucket: str, key: str) -> bytes:
