@@ -147,8 +147,16 @@ async def test_malformed_items_are_failed_results(
 
 @pytest.mark.parametrize(
     "items",
-    [None, 7, "abc", b"abc", ("bkt", "key", "path"), asyncdl.DownloadRequest("b", "k", "p")],
-    ids=["none", "int", "str", "bytes", "one-tuple", "one-request"],
+    [
+        None,
+        7,
+        "abc",
+        b"abc",
+        memoryview(b"abc"),
+        ("bkt", "key", "path"),
+        asyncdl.DownloadRequest("b", "k", "p"),
+    ],
+    ids=["none", "int", "str", "bytes", "memoryview", "one-tuple", "one-request"],
 )
 async def test_items_that_are_no_collection_of_requests_are_refused_whole(
     engine: asyncdl.Engine, proxy: TcpProxy, tmp_path: Path, items: Any

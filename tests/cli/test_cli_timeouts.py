@@ -73,10 +73,24 @@ def test_seconds_are_a_number_or_a_duration(text: str, seconds: float) -> None:
     assert parse_seconds(text) == seconds
 
 
-@pytest.mark.parametrize("text", ["0", "-1", "nan", "inf", "1e400", "abc", "", "5 minutes"])
+@pytest.mark.parametrize(
+    "text", ["0", "-1", "nan", "inf", "1e400", "abc", "", "5 minutes", "\u0663", "\uff11"]
+)
 def test_seconds_that_are_no_time_are_refused(text: str) -> None:
+    # Digits of other scripts too (Arabic-Indic three, fullwidth one), as sizes refuse.
     with pytest.raises(ValueError, match="seconds"):
         parse_seconds(text)
+
+
+def test_seconds_past_the_limit_say_the_limit() -> None:
+    with pytest.raises(ValueError, match="at most 1000000000 seconds"):
+        parse_seconds("11575d")
+
+
+def test_a_long_bad_value_is_not_echoed_whole() -> None:
+    with pytest.raises(ValueError, match="seconds") as refused:
+        parse_seconds("9" * 100_000 + "x")
+    assert len(str(refused.value)) < 300
 
 
 @pytest.mark.parametrize("option", ["--read-timeout", "--connect-timeout", "--timeout"])

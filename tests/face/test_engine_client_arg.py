@@ -5,8 +5,10 @@ not a failure at the first download after requests went out."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
+from unittest.mock import AsyncMock, MagicMock, Mock, NonCallableMagicMock
 
 import boto3
 import pytest
@@ -49,6 +51,8 @@ def test_a_value_in_the_client_s_place_is_refused(given: Any) -> None:
 def test_a_path_in_the_client_s_place_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="aiobotocore S3 client, got path"):
         asyncdl.Engine(tmp_path)
+    with os.scandir(Path(__file__).parent) as entries, pytest.raises(ValueError, match="got path"):
+        asyncdl.Engine(next(entries))
 
 
 @pytest.mark.parametrize(
@@ -65,6 +69,13 @@ def test_a_session_or_resource_in_the_client_s_place_is_refused(make: Any, named
     # an AttributeError after the engine had started.
     with pytest.raises(ValueError, match=f"aiobotocore S3 client, got {named}"):
         asyncdl.Engine(make())
+
+
+@pytest.mark.parametrize("make", [MagicMock, AsyncMock, NonCallableMagicMock, Mock])
+def test_a_mock_in_the_client_s_place_is_taken(make: Any) -> None:
+    # A test's stand-in: a MagicMock also speaks os.PathLike (__fspath__), and is no
+    # path for that.
+    asyncdl.Engine(make())
 
 
 async def test_an_opened_aiobotocore_s3_client_is_taken(proxy: TcpProxy) -> None:

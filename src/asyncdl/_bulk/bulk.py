@@ -134,7 +134,7 @@ def _check_items(items: object) -> None:
     )
     if (
         one
-        or isinstance(items, str | bytes | bytearray)
+        or isinstance(items, str | bytes | bytearray | memoryview)
         or not isinstance(items, Iterable | AsyncIterable)
     ):
         raise InvalidRequestError(

@@ -12,6 +12,7 @@ import os
 import re
 import sys
 from dataclasses import dataclass
+from pathlib import PurePath
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -185,8 +186,9 @@ def _check(client: object) -> None:
         problem = "a session, not a client: 'async with session.create_client(\"s3\") as client'"
     elif isinstance(client, (str, bytes, int, float)):
         problem = f"{type(client).__name__} {client!r}"
-    elif isinstance(client, os.PathLike):
-        problem = f"path {os.fspath(client)!r}"
+    elif isinstance(client, PurePath | os.DirEntry):
+        # Not os.PathLike: a MagicMock speaks it too, and is a test's stand-in.
+        problem = f"path {str(client.path if isinstance(client, os.DirEntry) else client)!r}"
     if problem is not None:
         raise ValueError(f"client must be an opened aiobotocore S3 client, got {problem}")
 

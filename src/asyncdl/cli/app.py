@@ -206,7 +206,8 @@ def timeout_option(command: _Command) -> _Command:
         callback=converter(parse_seconds),
         help="Seconds for each object's whole download, retries included (a server "
         "that sends a byte now and then is never silent for --read-timeout); an "
-        "object not done by then fails. Default: no limit.",
+        "object not done by then fails. Listing requests have --read-timeout only. "
+        "Default: no limit.",
     )(command)
 
 

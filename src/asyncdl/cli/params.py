@@ -160,7 +160,7 @@ _RANGE = re.compile(r"(\d{0,19})-(\d{0,19})", re.ASCII)
 MAX_OFFSET = 2**63 - 1
 
 
-_SECONDS = re.compile(r"(\d+(?:\.\d*)?|\.\d+)([smhd]?)")
+_SECONDS = re.compile(r"(\d+(?:\.\d*)?|\.\d+)([smhd]?)", re.ASCII)
 _SECONDS_IN = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 #: Longer than any download waits (about 31 years): past it, a timer's arithmetic
 #: goes astray in the libraries below.
@@ -172,9 +172,12 @@ def parse_seconds(text: str) -> float:
     ``"1h"``, ``"1d"``); more than 0."""
     match = _SECONDS.fullmatch(text.strip().lower())
     seconds = float(match[1]) * _SECONDS_IN[match[2]] if match else 0.0
-    if not 0 < seconds <= MAX_SECONDS:
+    shown = text if len(text) <= 40 else f"{text[:40]}..."  # not a megabyte of it back
+    if seconds > MAX_SECONDS:
+        raise ValueError(f"{shown!r} is too long a timeout: at most {MAX_SECONDS:.0f} seconds")
+    if not seconds > 0:
         raise ValueError(
-            f"{text!r} is no timeout: a number of seconds more than 0 (2.5), or with a "
+            f"{shown!r} is no timeout: a number of seconds more than 0 (2.5), or with a "
             "unit (90s, 5m, 1h)"
         )
     return seconds
