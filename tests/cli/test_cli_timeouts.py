@@ -23,13 +23,7 @@ from asyncdl.cli.params import parse_seconds
 from asyncdl.testing.tcp_proxy import Fault, TcpProxy
 
 from ..conftest import payload, temp_files
-from .test_cli import SUMMARY
-
-
-@pytest.fixture(autouse=True)
-def no_endpoint_in_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
-    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+from .test_cli import SUMMARY, no_endpoint_in_env  # noqa: F401 - the fixture is autouse
 
 
 def run(endpoint: str, *args: str) -> Result:
