@@ -178,36 +178,32 @@ def _client_options() -> list[Callable[[_Command], _Command]]:
             is_flag=True,
             help="Send requests unsigned (a public bucket): no credentials are looked up or sent.",
         ),
-        click.option(
+        _seconds_option(
             "--read-timeout",
-            metavar="SECONDS",
-            default=None,
-            callback=converter(parse_seconds),
-            help=f"Seconds a request waits for bytes before it is tried again (2.5, 90s, "
-            f"2m); default: {TransferConfig().read_timeout:g}.",
+            "Seconds a request waits for bytes before it is tried again (2.5, 90s, 2m); "
+            f"default: {TransferConfig().read_timeout:g}.",
         ),
-        click.option(
+        _seconds_option(
             "--connect-timeout",
-            metavar="SECONDS",
-            default=None,
-            callback=converter(parse_seconds),
-            help=f"Seconds to make a connection before it is tried again; default: "
+            "Seconds to make a connection before it is tried again; default: "
             f"{TransferConfig().connect_timeout:g}.",
         ),
     ]
 
 
+def _seconds_option(name: str, help_text: str) -> Callable[[_Command], _Command]:
+    return click.option(
+        name, metavar="SECONDS", default=None, callback=converter(parse_seconds), help=help_text
+    )
+
+
 def timeout_option(command: _Command) -> _Command:
     """``--timeout``: of each object's download, for the commands that write files."""
-    return click.option(
+    return _seconds_option(
         "--timeout",
-        metavar="SECONDS",
-        default=None,
-        callback=converter(parse_seconds),
-        help="Seconds for each object's whole download, retries included (a server "
-        "that sends a byte now and then is never silent for --read-timeout); an "
-        "object not done by then fails. Listing requests have --read-timeout only. "
-        "Default: no limit.",
+        "Seconds for each object's whole download, retries included (a server that "
+        "sends a byte now and then is never silent for --read-timeout); an object not "
+        "done by then fails. Listing requests have --read-timeout only. Default: no limit.",
     )(command)
 
 

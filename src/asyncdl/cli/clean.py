@@ -10,9 +10,8 @@ import click
 
 from .app import cli
 from .output import mib
-from .params import converter
+from .params import DURATION_UNITS, converter
 
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _DURATION = re.compile(r"(\d+)([smhdw])")
 
 
@@ -21,7 +20,7 @@ def parse_duration(text: str) -> float:
     match = _DURATION.fullmatch(text.strip().lower())
     if match is None:
         raise ValueError(f"{text!r} is not a duration: a whole number and s, m, h, d or w (7d)")
-    return int(match[1]) * _UNITS[match[2]]
+    return int(match[1]) * DURATION_UNITS[match[2]]
 
 
 @cli.command()

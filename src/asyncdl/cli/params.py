@@ -160,8 +160,9 @@ _RANGE = re.compile(r"(\d{0,19})-(\d{0,19})", re.ASCII)
 MAX_OFFSET = 2**63 - 1
 
 
+#: Seconds in a unit of a duration (``clean --older-than`` also takes weeks).
+DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _SECONDS = re.compile(r"(\d+(?:\.\d*)?|\.\d+)([smhd]?)", re.ASCII)
-_SECONDS_IN = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 #: Longer than any download waits (about 31 years): past it, a timer's arithmetic
 #: goes astray in the libraries below.
 MAX_SECONDS = 1e9
@@ -171,7 +172,7 @@ def parse_seconds(text: str) -> float:
     """A timeout: seconds (``"30"``, ``"2.5"``), or with a unit (``"90s"``, ``"5m"``,
     ``"1h"``, ``"1d"``); more than 0."""
     match = _SECONDS.fullmatch(text.strip().lower())
-    seconds = float(match[1]) * _SECONDS_IN[match[2]] if match else 0.0
+    seconds = float(match[1]) * DURATION_UNITS[match[2] or "s"] if match else 0.0
     shown = text if len(text) <= 40 else f"{text[:40]}..."  # not a megabyte of it back
     if seconds > MAX_SECONDS:
         raise ValueError(f"{shown!r} is too long a timeout: at most {MAX_SECONDS:.0f} seconds")
