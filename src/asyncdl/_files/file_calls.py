@@ -1,12 +1,14 @@
 """Single file-system calls a download's file makes, each with what a file system may
 answer instead of doing it: a target's mode kept by its replacement, a directory
-synced after a rename, the longest name a directory takes, a file preallocated."""
+synced after a rename, the longest name a directory takes, a file preallocated (never
+past the room its file system has)."""
 
 from __future__ import annotations
 
 import errno
 import os
 import stat
+import threading
 from pathlib import Path
 
 
@@ -44,6 +46,9 @@ def name_max(directory: Path | int) -> int | None:
         return None
 
 
+#: The largest size a file can have (an ``off_t``'s).
+_OFF_T_MAX = 2**63 - 1
+
 #: What a file system answers when it cannot hold a file of the size asked (no EDQUOT
 #: on Windows).
 _NO_ROOM = frozenset({errno.ENOSPC, errno.EFBIG, getattr(errno, "EDQUOT", errno.ENOSPC)})
@@ -57,16 +62,81 @@ def preallocate(fd: int, size: int) -> None:
     too large" alone would blame the disk for a claim it cannot check."""
     if size <= 0:
         return
+    if size > _OFF_T_MAX:
+        raise OSError(errno.EFBIG, f"the object's {size} bytes are more than a file holds")
+    device, need = _reserve(fd, size)
     try:
         _preallocate(fd, size)
-    except OverflowError:  # more than an off_t holds
-        raise OSError(
-            errno.EFBIG, f"the object's {size} bytes are more than a file holds"
-        ) from None
     except OSError as exc:
         if exc.errno not in _NO_ROOM:
             raise
         raise OSError(exc.errno, f"{exc.strerror} for the object's {size} bytes") from exc
+    finally:
+        _release(device, need)
+
+
+#: Bytes each file system (by ``st_dev``) has been asked to preallocate and has not yet
+#: answered: its free space does not show them until it does.
+_pending: dict[int, int] = {}
+_pending_lock = threading.Lock()
+
+
+def _forget_pending() -> None:
+    # A child forked while another thread held the lock would find it held forever;
+    # the preallocations under way are its parent's, not its own.
+    global _pending_lock  # noqa: PLW0603
+    _pending.clear()
+    _pending_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows
+    os.register_at_fork(after_in_child=_forget_pending)
+
+
+def _reserve(fd: int, size: int) -> tuple[int, int]:
+    """Refuse ``size`` if the file system has no room for it, before asking it to
+    allocate; else count it as pending until :func:`_release`.
+
+    ext4 (and others) allocate what they can before they answer ENOSPC: a size past
+    the free space, a hostile listing's or an object too big for the disk, would fill
+    the disk to its last block (for a moment, under every other process writing to it)
+    before the download failed. Two downloads' preallocations at once are checked
+    against the free space less what the other is being given. The free space is what
+    an unprivileged process may use (``f_bavail``): a download never takes the blocks
+    a file system keeps for root, even when run as root. Where the system cannot say
+    (no ``fstatvfs``, a file system reporting no size), nothing is refused here."""
+    with _pending_lock:
+        # Read under the lock: a preallocation that ends meanwhile is then counted
+        # twice (in the free space and as pending), never not at all.
+        try:
+            held = os.fstat(fd)
+            fs = os.fstatvfs(fd)
+        except (OSError, AttributeError):  # AttributeError: no fstatvfs (Windows)
+            return 0, 0
+        if fs.f_blocks <= 0 or fs.f_frsize <= 0 or fs.f_bavail > fs.f_blocks:
+            return 0, 0  # a file system that reports no sizes, or none that hold
+        # What the file has already (one made anew has none): fallocate adds the rest.
+        need = max(0, size - held.st_blocks * 512)
+        free = fs.f_bavail * fs.f_frsize - _pending.get(held.st_dev, 0)
+        if need > free:
+            raise OSError(
+                errno.ENOSPC,
+                f"{os.strerror(errno.ENOSPC)} for the object's {size} bytes: "
+                f"{max(free, 0)} bytes free",
+            )
+        _pending[held.st_dev] = _pending.get(held.st_dev, 0) + need
+    return held.st_dev, need
+
+
+def _release(device: int, need: int) -> None:
+    if not need:
+        return
+    with _pending_lock:
+        left = _pending.get(device, 0) - need
+        if left > 0:
+            _pending[device] = left
+        else:
+            _pending.pop(device, None)
 
 
 def _preallocate(fd: int, size: int) -> None:
