@@ -6,7 +6,7 @@ before the download fails. The size is the server's word (a listing's ``Size``, 
 ``Content-Range``'s total): a hostile or broken one must not fill the disk. So
 ``preallocate`` checks the file system's room first (``f_bavail``, less what other
 preallocations under way are being given, less a margin for the file system's own
-blocks) and again before each step of 64 MiB, and refuses with ENOSPC, naming the
+blocks) and again before each step of 128 MiB, and refuses with ENOSPC, naming the
 size and the room there is.
 
 Against moto via the proxy, on this machine's real file system: the proxy makes the
@@ -165,14 +165,9 @@ def test_a_size_just_under_the_free_space_is_refused_for_the_file_systems_own_bl
     assert disk_room._pending == {}
 
 
-def test_each_step_asks_again_what_another_process_took_meanwhile(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Pure logic: the file system's answers are made up. Another process takes the
-    # room after the first step: the second step is refused before it is asked for.
-    step = 1024 * 1024
-    room = [10 * step]
-    calls: list[tuple[int, int]] = []
+def made_up_room(monkeypatch: pytest.MonkeyPatch, room: list[int]) -> None:
+    """Pure logic: ``os.fstatvfs`` answers ``room[0]`` bytes free (the file system's
+    other figures its own)."""
     real = os.fstatvfs
 
     def fstatvfs(fd: int) -> Any:
@@ -182,12 +177,24 @@ def test_each_step_asks_again_what_another_process_took_meanwhile(
         fields[2] = max(st.f_blocks, fields[4])  # f_blocks
         return os.statvfs_result(fields)
 
+    monkeypatch.setattr(os, "fstatvfs", fstatvfs)
+
+
+def test_each_step_asks_again_what_another_process_took_meanwhile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Another process takes the room after the first step: the second step is refused
+    # before it is asked for.
+    step = 1024 * 1024
+    room = [10 * step]
+    calls: list[tuple[int, int]] = []
+
     def fallocate(fd: int, offset: int, length: int) -> None:
         calls.append((offset, length))
         room[0] = step  # someone else's file took the rest
 
+    made_up_room(monkeypatch, room)
     monkeypatch.setattr(disk_room, "STEP", step)
-    monkeypatch.setattr(os, "fstatvfs", fstatvfs)
     monkeypatch.setattr(os, "posix_fallocate", fallocate)
     with (
         (tmp_path / "f").open("wb") as file,
@@ -196,6 +203,20 @@ def test_each_step_asks_again_what_another_process_took_meanwhile(
         file_calls.preallocate(file.fileno(), 4 * step)
     assert raised.value.errno == errno.ENOSPC
     assert calls == [(0, step)]
+    assert disk_room._pending == {}
+
+
+def test_an_object_that_fits_a_nearly_full_disk_is_taken(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The margin is a share of the size and a few blocks, not a flat sum that refuses
+    # a 2 MiB object with 2.1 MiB free (nor 128 MiB where CephFS reports 4 MiB blocks).
+    made_up_room(monkeypatch, [2 * 1024 * 1024 + 100 * 1024])
+    with (tmp_path / "f").open("wb") as file:
+        disk_room.Room(file.fileno(), 2 * 1024 * 1024).release()
+        with pytest.raises(OSError, match="kept for the file system's own blocks"):
+            disk_room.Room(file.fileno(), 2 * 1024 * 1024 + 96 * 1024)
+    assert disk_room.margin(2 * 1024 * 1024, 4 * 1024 * 1024) <= 8 * 1024 + 64 * 1024
     assert disk_room._pending == {}
 
 

@@ -13,6 +13,10 @@ for the file system's own blocks (ext4's extent tree takes up to one block in 34
 more where the free space lies in single blocks): a download never takes the blocks
 a file system keeps for root, even when run as root. Where the system cannot say (no
 ``fstatvfs``, a file system reporting no sizes), nothing is refused here.
+
+Another process's preallocation is seen only in the free space: two that each take
+more than half of it can both be refused at a later step (the disk keeps its room),
+and on btrfs, whose free space shows an allocation late, not at all.
 """
 
 from __future__ import annotations
@@ -21,8 +25,9 @@ import errno
 import os
 import threading
 
-#: Bytes asked of the file system in one call.
-STEP = 64 * 1024 * 1024
+#: Bytes asked of the file system in one call: ext4's longest extent (32768 blocks of
+#: 4 KiB), so that the steps make no more extents than one call would.
+STEP = 128 * 1024 * 1024
 
 #: Bytes each file system (by ``st_dev``) is still to give this process's
 #: preallocations under way: its free space does not show them yet.
@@ -47,8 +52,10 @@ class NoRoom(OSError):
 
 
 def margin(remaining: int, block: int) -> int:
-    """Room kept beyond ``remaining`` bytes for the file system's own blocks."""
-    return remaining // 256 + 32 * block
+    """Room kept beyond ``remaining`` bytes for the file system's own blocks: a share
+    for the extent tree, and a few blocks for its first nodes (at most 64 KiB: CephFS
+    and NFS report blocks of MiBs that are no unit of allocation)."""
+    return remaining // 256 + min(4 * block, 64 * 1024)
 
 
 class Room:
@@ -79,12 +86,14 @@ class Room:
             mine = self._mine if device == self._device else 0
             others = _pending.get(device, 0) - mine
             room = fs.f_bavail * fs.f_frsize - others
-            if remaining + margin(remaining, fs.f_frsize) > room:
+            kept = margin(remaining, fs.f_frsize)
+            if remaining + kept > room:
                 still = "" if remaining == self._size else f" ({remaining} still to allocate)"
                 raise NoRoom(
                     errno.ENOSPC,
                     f"{os.strerror(errno.ENOSPC)} for the object's {self._size} bytes"
-                    f"{still}: {max(room, 0)} bytes free",
+                    f"{still}: {max(room, 0)} bytes free, of which {kept} are kept for "
+                    "the file system's own blocks",
                 )
             self._release_locked()
             _pending[device] = others + remaining
