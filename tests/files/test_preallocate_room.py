@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,14 +27,15 @@ import pytest
 
 import asyncdl
 from asyncdl._files import disk_room, file_calls
-from asyncdl.testing.tcp_proxy import Fault, RequestRecord, TcpProxy
+from asyncdl.testing.tcp_proxy import RequestRecord, TcpProxy
 
-from ..bulk.test_listing_entries_hostile import answering_listings, entry
+from ..bulk.test_listing_entries_hostile import BODY, answering_listings, entry
 from ..conftest import CHUNK, make_client, temp_files
+from ..wire.test_content_range_hostile import BODY as RANGED_BODY
+from ..wire.test_content_range_hostile import claiming
 
 #: Past the free space by more than any other writer on the machine frees meanwhile.
 PAST = 1024**4
-BODY = b"hello"
 
 
 def free_bytes(directory: Path) -> int:
@@ -63,19 +63,6 @@ def asked(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[tuple[int, in
 
 def gets_of_objects(proxy: TcpProxy) -> list[RequestRecord]:
     return [r for r in proxy.requests if r.method == "GET" and "list-type" not in r.path]
-
-
-def claiming_total(total: int) -> Callable[[RequestRecord], Fault | None]:
-    """A proxy rule: the first GET's answer says the object is ``total`` bytes."""
-    first = [True]
-
-    def rule(request: RequestRecord) -> Fault | None:
-        if request.method != "GET" or not first[0]:
-            return None
-        first[0] = False
-        return Fault(response_headers={"content-range": f"bytes 0-{len(BODY) - 1}/{total}"})
-
-    return rule
 
 
 def assert_refused_for_room(message: str, size: int) -> None:
@@ -118,10 +105,10 @@ async def test_a_content_range_past_the_free_space_is_refused_before_any_allocat
     resume: bool,
 ) -> None:
     total = free_bytes(tmp_path) + PAST
-    s3.put_object(Bucket=bucket, Key="k", Body=BODY)
+    s3.put_object(Bucket=bucket, Key="k", Body=RANGED_BODY)
     target = tmp_path / "k"
     target.write_bytes(b"old")
-    proxy.rule = claiming_total(total)
+    proxy.rule = claiming(total)
     config = asyncdl.TransferConfig(chunk_size=CHUNK, resume=resume, backoff_base=0.01)
     async with make_client(proxy.url) as client, asyncdl.Engine(client, config=config) as engine:
         with pytest.raises(asyncdl.DownloadError) as raised:
