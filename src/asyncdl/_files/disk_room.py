@@ -95,7 +95,7 @@ class Room:
                     f"{still}: {max(room, 0)} bytes free, of which {kept} are kept for "
                     "the file system's own blocks",
                 )
-            self._release_locked()
+            self._take_back(self._mine)
             _pending[device] = others + remaining
             self._device, self._mine = device, remaining
 
@@ -106,10 +106,7 @@ class Room:
 
     def release(self) -> None:
         with _pending_lock:
-            self._release_locked()
-
-    def _release_locked(self) -> None:
-        self._take_back(self._mine)
+            self._take_back(self._mine)
 
     def _take_back(self, length: int) -> None:
         if self._device is None or not length:

@@ -10,6 +10,7 @@ import os
 import stat
 from pathlib import Path
 
+from .._wire.ranges import LARGEST_SIZE
 from . import disk_room
 
 
@@ -47,9 +48,6 @@ def name_max(directory: Path | int) -> int | None:
         return None
 
 
-#: The largest size a file can have (an ``off_t``'s).
-_OFF_T_MAX = 2**63 - 1
-
 #: What a file system answers when it cannot hold a file of the size asked (no EDQUOT
 #: on Windows).
 _NO_ROOM = frozenset({errno.ENOSPC, errno.EFBIG, getattr(errno, "EDQUOT", errno.ENOSPC)})
@@ -65,7 +63,7 @@ def preallocate(fd: int, size: int) -> None:
     it cannot check."""
     if size <= 0:
         return
-    if size > _OFF_T_MAX:
+    if size > LARGEST_SIZE:
         raise OSError(errno.EFBIG, f"the object's {size} bytes are more than a file holds")
     room = disk_room.Room(fd, size)
     try:
