@@ -364,7 +364,7 @@ async def download_prefix(
                     await skips.remember(result, held)
                 yield result
         # What killed runs left where this one wrote: it would stay there for good.
-        await _remove_dead(places.root, places.visited)
+        await _remove_dead(places.root, places.visited_dirs())
     finally:
         if skips is not None:
             skips.close()
@@ -413,9 +413,9 @@ async def _list_requests(
                     refusal = InvalidRequestError(str(item.refusal), bucket=bucket, key=key)
                     yield failed(bucket, key, places.root, refusal, strategy, size=size)
                     continue
-                parts = item.relative.parts
+                parts = item.relative
                 target = places.root.joinpath(*parts)
-                places.visited.add(target.parent)
+                places.visited.add(parts[:-1])
                 # Before the skip: what is looked at there is in the directory decided.
                 where = await places.claim(key, target, parts)
                 if isinstance(where, str):

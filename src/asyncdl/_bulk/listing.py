@@ -14,10 +14,9 @@ from array import array
 from collections import deque
 from collections.abc import AsyncGenerator, Callable, Iterator, Mapping
 from dataclasses import dataclass
-from pathlib import PurePosixPath
 from typing import Any
 
-from .._files.key_paths import relative_path
+from .._files.key_paths import relative_parts
 from .._wire.ranges import LARGEST_SIZE
 from ..errors import DownloadError, describe, scrubbed, translate
 from .filters import Filters
@@ -30,8 +29,9 @@ class Listed:
     key: str
     size: int
     etag: str | None
-    #: Its path under the destination; ``None`` when the key is refused (``refusal``).
-    relative: PurePosixPath | None
+    #: Its path's segments under the destination (``key_paths.relative_parts``);
+    #: ``None`` when the key is refused (``refusal``).
+    relative: tuple[str, ...] | None
     refusal: str | None = None
 
 
@@ -64,7 +64,7 @@ async def list_prefix(
                     if filters is not None and not filters.includes(key[len(prefix) :]):
                         continue
                     try:
-                        relative, refusal = relative_path(key, prefix), None
+                        relative, refusal = relative_parts(key, prefix), None
                     except ValueError as exc:
                         relative, refusal = None, str(exc)
                     yield Listed(key, size, entry.get("ETag"), relative, refusal)
@@ -209,7 +209,7 @@ async def list_ahead(
             while (batch := await reading.next()) is not None:
                 for key, size, etag in zip(batch.keys, batch.sizes, batch.etags, strict=True):
                     try:
-                        relative, refusal = relative_path(key, prefix), None
+                        relative, refusal = relative_parts(key, prefix), None
                     except ValueError as exc:
                         relative, refusal = None, str(exc)
                     yield Listed(key, size, etag, relative, refusal)

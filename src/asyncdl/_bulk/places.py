@@ -57,40 +57,51 @@ class Places:
 
     def __init__(self, root: Path) -> None:
         self.root = root
+        # Every place below is named by its segments under the root (a tuple of the
+        # key's own strings, the root ``()``), not by a Path: a Path hashes its parts
+        # again at each lookup, and a parent is a new Path each time it is asked for.
         #: Directories made, each with the first key that needed it.
-        self._dirs: dict[Path, str] = {}
+        self._dirs: dict[tuple[str, ...], str] = {}
         #: Files handed out, with their keys, until they are on disk.
-        self._files: dict[Path, str] = {}
+        self._files: dict[tuple[str, ...], str] = {}
         #: The directories of every target listed (skipped ones too).
-        self.visited: set[Path] = set()
+        self.visited: set[tuple[str, ...]] = set()
         self._opened = False
         self._root: HeldDir | None = None
         #: Open directories, the most recently used last.
-        self._held: OrderedDict[Path, HeldDir] = OrderedDict()
-        #: The directory each target handed out goes in, until its result is settled.
-        self._where: dict[Path, HeldDir] = {}
+        self._held: OrderedDict[tuple[str, ...], HeldDir] = OrderedDict()
+        #: By each target handed out (its text, as its result names it): its segments,
+        #: and the directory it goes in, until its result is settled.
+        self._where: dict[str, tuple[tuple[str, ...], HeldDir | None]] = {}
         #: With a folding file system: each path handed out, as it folds, with its key.
         self._fold: folding.Fold | None = None
         self._folded: dict[str, str] = {}
 
+    def visited_dirs(self) -> list[Path]:
+        """The directories of every target listed, as paths."""
+        return [self.root.joinpath(*parts) for parts in self.visited]
+
+    def _shown(self, parts: tuple[str, ...]) -> str:
+        return repr(str(self.root.joinpath(*parts)))
+
     async def claim(self, key: str, target: Path, parts: tuple[str, ...]) -> str | HeldDir | None:
         """Hand ``target`` (``parts`` below the root) to ``key`` and open (or make) its
         directory; or say why it cannot have it."""
-        if target in self._dirs:
-            return f"{str(target)!r} is already a directory (for key {self._dirs[target]!r})"
+        other = self._dirs.get(parts)
+        if other is not None:
+            return f"{str(target)!r} is already a directory (for key {other!r})"
         depth = len(parts)
-        # Each Path made once: a new one hashes its parts again, per object.
-        parent = target.parent
-        directories = (parent,) if depth == 1 else target.parents[:depth]  # the root last
-        for directory in directories[:-1]:
-            if directory in self._files:
-                return f"{str(directory)!r} is already a file (key {self._files[directory]!r})"
+        parent = parts[:-1]
+        for up in range(1, depth):
+            other = self._files.get(parts[:up])
+            if other is not None:
+                return f"{self._shown(parts[:up])} is already a file (key {other!r})"
         if not self._opened:
             # Made with the first key, not before: a listing that finds nothing (or
             # fails) leaves nothing behind. If it cannot be made, no key can land.
             self._root, self._fold = await _open_root_off_loop(self.root)
             self._opened = True
-            self._dirs[self.root] = key
+            self._dirs[()] = key
         folded = None
         if self._fold is not None:
             folded = self._fold("/".join(parts))
@@ -103,13 +114,13 @@ class Places:
         where = self._held.get(parent)
         if where is None and (self._root is not None or parent not in self._dirs):
             try:
-                where = await _open_below_off_loop(self._root, parent, parts[:-1])
+                where = await _open_below_off_loop(self._root, target.parent, parent)
             except OSError as exc:
                 if isinstance(exc, held_dirs.LinkRefused):
                     return exc.strerror
-                return f"cannot create directory {str(parent)!r}: {exc.strerror}"
-            for directory in directories:
-                self._dirs.setdefault(directory, key)
+                return f"cannot create directory {self._shown(parent)}: {exc.strerror}"
+            for up in range(depth):
+                self._dirs.setdefault(parts[:up], key)
             if where is not None:
                 if len(self._held) >= _HELD_MAX:
                     self._held.popitem(last=False)
@@ -118,13 +129,16 @@ class Places:
             self._held.move_to_end(parent)
         if folded is not None:
             self._folded[folded] = key
-        self._files[target] = key
-        if where is not None:
-            self._where[target] = where
+        self._files[parts] = key
+        self._where[str(target)] = (parts, where)
         return where
 
     def settle(self, result: DownloadResult) -> HeldDir | None:
         """A result is in: the directory its target went in (to record it there)."""
+        handed = self._where.pop(str(result.path), None)
+        if handed is None:
+            return None
+        parts, where = handed
         if result.ok:
-            self._files.pop(result.path, None)  # on disk: the walk sees it now
-        return self._where.pop(result.path, None)
+            self._files.pop(parts, None)  # on disk: the walk sees it now
+        return where

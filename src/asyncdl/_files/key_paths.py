@@ -47,6 +47,12 @@ def relative_path(key: str, prefix: str = "", *, windows: bool | None = None) ->
     sidecar's or Dask's run journal directory), in any case or Unicode form: on a file
     system that ignores case, ``.X.ASYNCDL-PARTIAL`` is ``.x.asyncdl-partial``.
     """
+    return PurePosixPath(*relative_parts(key, prefix, windows=windows))
+
+
+def relative_parts(key: str, prefix: str = "", *, windows: bool | None = None) -> tuple[str, ...]:
+    """:func:`relative_path`'s segments, as a tuple: what a listing keeps of each key
+    (a tuple of the key's own strings, where a path would parse them again)."""
     base = folder(prefix)
     if not key.startswith(base):
         raise ValueError(f"key {key!r} is not in the folder {base!r}")
@@ -74,7 +80,7 @@ def relative_path(key: str, prefix: str = "", *, windows: bool | None = None) ->
                 "own files (a partial file, journal, temp file or record): it would be "
                 "taken for one"
             )
-    return PurePosixPath(*segments)
+    return tuple(segments)
 
 
 def is_own_name(segment: str) -> bool:

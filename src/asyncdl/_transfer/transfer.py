@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 from typing import Any
 
 from .._files.partial_file import PartialFile
@@ -49,10 +48,8 @@ async def run(ctx: Context, job: Job, progress: ProgressCallback | None) -> Down
     url = job.url
     obj = ctx.s3_object(job.bucket, job.key, job.extra_args) if url is None else ctx.url_object(url)
     reporter = Reporter(progress)
-    # A body of unknown length is spooled beside the target, read as any other. (The
-    # parent as a string, not as a Path made only to be turned back into one.)
-    directory = os.path.dirname(str(job.target)) or "."
-    obj.spool_to = SpoolTo(directory, ctx.config.read_timeout, ctx.bandwidth, reporter)
+    # A body of unknown length is spooled beside the target, read as any other.
+    obj.spool_to = SpoolTo(str(job.target), ctx.config.read_timeout, ctx.bandwidth, reporter)
     # No timeout, no Timeout object entered and left for nothing.
     deadline = None if job.timeout is None else asyncio.timeout(job.timeout)
     temp: TempFile | None = None

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -309,14 +310,16 @@ _SPOOL_WRITE = 1024 * 1024
 
 @dataclass(slots=True)  # not frozen: one per download (see jobs.Job)
 class SpoolTo:
-    """Where and how a body of unknown length is spooled: a download's beside its
-    target (the system's temp directory may be a small tmpfs, or RAM), other reads'
-    there (``directory`` ``None``); read as other bodies are (the engine's read
-    timeout, not a borrowed client's, and its bandwidth cap; never through
-    aiobotocore's ``read``, whose timeout error quotes the URL with its query), its
-    bytes reported as progress as they arrive (``None``: not the download's)."""
+    """Where and how a body of unknown length is spooled: a download's in its
+    target's directory (``beside``, the target; the system's temp directory may be a
+    small tmpfs, or RAM), other reads' there (``beside`` ``None``); read as other
+    bodies are (the engine's read timeout, not a borrowed client's, and its bandwidth
+    cap; never through aiobotocore's ``read``, whose timeout error quotes the URL with
+    its query), its bytes reported as progress as they arrive (``None``: not the
+    download's)."""
 
-    directory: str | None
+    #: The target (its directory worked out only for a body that is spooled: few are).
+    beside: str | None
     read_timeout: float
     bandwidth: TokenBucket | None
     progress: Reporter | None
@@ -337,14 +340,15 @@ class SpooledBody:
 
 
 async def spool(body: Any, to: SpoolTo) -> tuple[SpooledBody, int]:
-    """Read ``body`` to its end into an unnamed temp file (in ``to.directory``; gone
+    """Read ``body`` to its end into an unnamed temp file (beside ``to.beside``; gone
     when closed); the body to read it from, and its length. ``body`` is closed either
     way."""
     # Made before the file: a connection that ended while the file was made (a small
     # body's, whole in its first read) would leave the reader nothing to ask how.
     reader = BodyReader(body, to.read_timeout, _SPOOL_WRITE, to.bandwidth)
     try:
-        file = await _made_in_thread(to.directory)
+        beside = to.beside
+        file = await _made_in_thread(None if beside is None else os.path.dirname(beside) or ".")
     except BaseException:
         body.close()
         raise

@@ -142,8 +142,8 @@ async def _plan(settings: Settings, job: SyncJob, output: Output) -> tuple[bool,
                         refusal = str(item.refusal)
                         output.count(InvalidRequestError(refusal, bucket=job.bucket, key=item.key))
                         continue
-                    listed.add(item.relative.as_posix())
-                    target = job.root.joinpath(*item.relative.parts)
+                    listed.add("/".join(item.relative))
+                    target = job.root.joinpath(*item.relative)
                     if skips is not None and await skips.skips(target, item.size, item.etag):
                         output.skipped += 1
                     else:
