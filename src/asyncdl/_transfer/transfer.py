@@ -10,7 +10,7 @@ those can check a COMPOSITE checksum (see ``parts``). After a checksum mismatch
 there is one fresh attempt at most, pinned to the same ETag. Publishing comes
 last, outside the timeout, and once started it is not interrupted.
 
-With ``resume=True`` a download that writes more than once goes into a partial
+With ``resume=True`` a download of an object larger than one write goes into a partial
 file, kept on failure, and one an earlier attempt left is continued (see ``resume``).
 """
 
@@ -239,8 +239,12 @@ async def _fetch(
     first, size, etag = discovery.first, discovery.size, discovery.etag
     temp: TempFile | None = None
     try:
-        # Held before any await, so a cancelled create is still cleaned up.
-        if config.resume and etag is not None:  # without an ETag, nothing pins the rest
+        # Held before any await, so a cancelled create is still cleaned up. Without an
+        # ETag nothing pins the rest. An object that fits one write takes a plain temp
+        # file unless it continues an earlier attempt's partial: what a partial of it
+        # would keep is less than one write, cheaper fetched again than journaled (and
+        # a listed one's is never looked for, see resume.discover).
+        if config.resume and etag is not None and (size > config.write_size or found.adopt):
             temp = resume.partial_file_for(
                 obj,
                 job.target,
