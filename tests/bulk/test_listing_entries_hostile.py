@@ -196,3 +196,41 @@ async def test_a_listed_size_the_disk_cannot_hold_is_named_in_the_error(
     assert "No space left on device" in result.error.message
     assert f"{size} bytes" in result.error.message
     assert os.listdir(dest) == []
+
+
+async def test_a_key_listed_twice_whose_first_copy_fails_settles_its_place(
+    client: Any, s3: Any, bucket: str, proxy: TcpProxy, tmp_path: Path
+) -> None:
+    # p/a twice: the first copy's GET is refused, the second lands (later). Its place is
+    # a file on disk then, which the refusal of p/a/b, listed after, says: not that
+    # p/a's download still holds it (both copies were named by one target).
+    fillers = [f"p/c{i:02}" for i in range(20)]
+    for key in ("p/a", *fillers):
+        s3.put_object(Bucket=bucket, Key=key, Body=BODY)
+    listing = answering_listings(
+        bucket, *(entry(key, "5") for key in ("p/a", "p/a", *fillers, "p/a/b"))
+    )
+    gets_of_a = 0
+
+    def rule(request: RequestRecord) -> Fault | None:
+        nonlocal gets_of_a
+        fault = listing(request)
+        if fault is not None or request.method != "GET":
+            return fault
+        if request.path.split("?")[0] == f"/{bucket}/p/a":
+            gets_of_a += 1
+            return Fault(status=403, error_code="AccessDenied") if gets_of_a == 1 else None
+        return Fault(delay=0.1)  # the fillers: p/a/b is placed after both copies settle
+
+    proxy.rule = rule
+    dest = tmp_path / "d"
+    config = asyncdl.TransferConfig(max_concurrency=2, backoff_base=0.001)
+    async with asyncdl.Engine(client, config=config) as engine:
+        results = [r async for r in engine.download_prefix(bucket, "p/", dest)]
+    copies = [r for r in results if r.key == "p/a"]
+    assert sorted(r.ok for r in copies) == [False, True]
+    assert (dest / "a").read_bytes() == BODY
+    (below,) = [r for r in results if r.key == "p/a/b"]
+    assert below.error is not None
+    assert "is already a file (key 'p/a')" not in below.error.message
+    assert "cannot create directory" in below.error.message, below.error.message

@@ -136,9 +136,14 @@ class Places:
     def settle(self, result: DownloadResult) -> HeldDir | None:
         """A result is in: the directory its target went in (to record it there)."""
         handed = self._where.pop(str(result.path), None)
-        if handed is None:
-            return None
-        parts, where = handed
-        if result.ok:
-            self._files.pop(parts, None)  # on disk: the walk sees it now
+        parts, where = handed if handed is not None else (None, None)
+        if result.ok:  # on disk: the walk sees it now
+            if parts is None:
+                # A key a hostile listing named twice: the other copy's result took the
+                # entry both made.
+                try:
+                    parts = result.path.relative_to(self.root).parts
+                except ValueError:
+                    return None
+            self._files.pop(parts, None)
         return where
