@@ -31,6 +31,7 @@ from .._wire.ranges import ByteRange
 from .._wire.request_args import ExtraArgs
 from .._wire.retry import logger, with_retries
 from .._wire.s3_source import ObjectMeta, RangeNotSatisfiable, S3Object
+from ..config import TransferConfig
 from ..errors import (
     AccessDeniedError,
     DownloadError,
@@ -40,6 +41,7 @@ from ..errors import (
 )
 from ..progress import Reporter
 from .context import Context
+from .parts import write_target
 from .strategies import Discovery
 from .verify import Verifier, send_checksum_head
 
@@ -54,6 +56,13 @@ class Resume:
     discarded: str | None = None
     #: Bytes taken from the partial file.
     reused: int = 0
+
+
+def fits_one_write(config: TransferConfig, size: int) -> bool:
+    """Whether an object of ``size`` bytes is written in one write (one part, that
+    gathers all of it before it writes: ``parts.write_target``): it is never
+    journaled, so a download of it makes no partial file and looks for none."""
+    return size <= min(config.chunk_size, write_target(config))
 
 
 def partial_file_for(
@@ -106,8 +115,8 @@ async def discover(
     or ``None`` (the usual discovery follows): there is none, or it was discarded, and
     ``found.discarded`` says why. ``size``/``etag``: what a listing said;
     ``checksum_head``: whether a listed object needs the HEAD for its checksum."""
-    if size is not None and size <= ctx.config.write_size:
-        return None  # fits one write: never journaled
+    if size is not None and fits_one_write(ctx.config, size):
+        return None  # never journaled
     error = busy(obj, target)
     # Its header alone: a journal's ranges are read once, when the partial is adopted.
     dir_fd = None if where is None else where.fd

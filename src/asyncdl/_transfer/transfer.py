@@ -244,7 +244,11 @@ async def _fetch(
         # file unless it continues an earlier attempt's partial: what a partial of it
         # would keep is less than one write, cheaper fetched again than journaled (and
         # a listed one's is never looked for, see resume.discover).
-        if config.resume and etag is not None and (size > config.write_size or found.adopt):
+        if (
+            config.resume
+            and etag is not None
+            and (found.adopt or not resume.fits_one_write(config, size))
+        ):
             temp = resume.partial_file_for(
                 obj,
                 job.target,
