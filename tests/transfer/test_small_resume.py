@@ -25,20 +25,9 @@ async def test_a_failed_small_download_leaves_nothing(
     size = 200 * KiB  # one part (chunk_size 8 MiB), gathered whole (write_size 1 MiB)
     s3.put_object(Bucket=bucket, Key="k", Body=payload(size))
 
-    gets = 0
-
-    def cut_then_refuse(request: RequestRecord) -> Fault | None:
-        # The first GET is cut with bytes received; every GET after it is refused (not
-        # retried): the download fails holding what the cut answer brought.
-        nonlocal gets
-        if request.method != "GET":
-            return None
-        gets += 1
-        if gets == 1:
-            return Fault(cut_after=30 * KiB)
-        return Fault(status=403, error_code="AccessDenied")
-
-    proxy.rule = cut_then_refuse
+    # The first GET is cut with bytes received; every GET after it is refused (not
+    # retried): the download fails holding what the cut answer brought.
+    proxy.rule = _fail_after(1, first=Fault(cut_after=30 * KiB))
     config = asyncdl.TransferConfig(resume=True, backoff_base=0.001)
     target = tmp_path / "k"
     async with asyncdl.Engine(client, config=config) as engine:
@@ -56,8 +45,9 @@ async def test_a_failed_small_download_leaves_nothing(
     assert os.listdir(tmp_path) == ["k"]
 
 
-def _fail_after(gets_allowed: int) -> Any:
-    """A proxy rule: GETs pass until ``gets_allowed`` went through, then are refused."""
+def _fail_after(gets_allowed: int, *, first: Fault | None = None) -> Any:
+    """A proxy rule: GETs pass (the first with ``first``'s fault) until
+    ``gets_allowed`` went through, then are refused."""
     gets = 0
 
     def rule(request: RequestRecord) -> Fault | None:
@@ -65,7 +55,9 @@ def _fail_after(gets_allowed: int) -> Any:
         if request.method != "GET":
             return None
         gets += 1
-        return None if gets <= gets_allowed else Fault(status=403, error_code="AccessDenied")
+        if gets > gets_allowed:
+            return Fault(status=403, error_code="AccessDenied")
+        return first if gets == 1 else None
 
     return rule
 
